@@ -1,0 +1,102 @@
+"""Sampled candidate lists for the ``pop100`` and ``uni100`` protocols (``protocol.md``, "Candidates").
+
+Negatives are drawn once per (dataset, split, protocol, seed), never include any item of the user's whole
+sequence, are stored next to the prepared dataset and are reused by every model.
+
+Sampling without replacement with weights ``w`` is done as sequential draws *with* replacement from ``w``
+in which repeats and excluded items are discarded: the first surviving draw is distributed as ``w``
+restricted to the allowed items, the next as ``w`` restricted to the allowed items not yet taken, and so on,
+which is exactly weighted sampling without replacement. It is vectorised over a chunk of users and only the
+rows still short of ``n`` negatives are drawn again.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from datasets.sequences import SequenceData
+
+SAMPLED_PROTOCOLS = {"pop100": "popularity", "uni100": "uniform"}
+_SPLIT_CODES = {"valid": 1, "test": 2}
+_PROTOCOL_CODES = {"pop100": 1, "uni100": 2}
+
+
+def candidate_weights(data: SequenceData, protocol: str) -> np.ndarray:
+    """Sampling weight of each item id 0..n_items (padding has weight 0)."""
+    if protocol == "pop100":
+        return data.item_counts().astype(np.float64)  # over the whole dataset, all splits
+    if protocol == "uni100":
+        weights = np.ones(data.n_items + 1, dtype=np.float64)
+        weights[0] = 0.0
+        return weights
+    raise ValueError(f"unknown sampled protocol {protocol!r}; expected one of {sorted(SAMPLED_PROTOCOLS)}")
+
+
+def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.random.Generator,
+                     chunk_users: int = 2048) -> np.ndarray:
+    """``(n_users, n)`` item ids, per user drawn ∝ ``weights`` without replacement, avoiding the user's items."""
+    n_users, n_slots = data.n_users, data.n_items + 1
+    positive = weights > 0
+    user_of = data.user_index()
+    seen_positive = np.bincount(user_of, weights=positive[data.items], minlength=n_users).astype(np.int64)
+    allowed = int(positive.sum()) - seen_positive
+    if n_users and allowed.min() < n:
+        user = int(np.argmin(allowed))
+        raise ValueError(f"dataset {data.name!r}: user row {user} leaves only {allowed[user]} items to draw "
+                         f"{n} negatives from; use a dataset with more items or fewer negatives")
+    cdf = np.cumsum(weights / weights.sum())
+    cdf[-1] = 1.0
+    out = np.zeros((n_users, n), dtype=np.int64)
+    for start in range(0, n_users, chunk_users):
+        stop = min(start + chunk_users, n_users)
+        rows = stop - start
+        taken = np.zeros((rows, n_slots), dtype=bool)  # the user's items, then the negatives already drawn
+        local = user_of[data.offsets[start]:data.offsets[stop]] - start
+        taken[local, data.items[data.offsets[start]:data.offsets[stop]]] = True
+        filled = np.zeros(rows, dtype=np.int64)
+        pending = np.arange(rows)
+        draws = 2 * n + 16
+        while len(pending):
+            drawn = np.searchsorted(cdf, rng.random((len(pending), draws)), side="right")
+            drawn = np.minimum(drawn, n_slots - 1)
+            row_of = np.repeat(pending, draws)
+            flat = drawn.ravel()
+            fresh = ~taken[row_of, flat]
+            keys = row_of[fresh] * n_slots + flat[fresh]
+            _, first = np.unique(keys, return_index=True)  # first occurrence of each (row, item) in draw order
+            first.sort()
+            positions = np.flatnonzero(fresh)[first]
+            rows_hit, items_hit = row_of[positions], flat[positions]
+            rank_in_row = np.arange(len(rows_hit)) - np.searchsorted(rows_hit, rows_hit, side="left")
+            slot = filled[rows_hit] + rank_in_row
+            keep = slot < n
+            out[start + rows_hit[keep], slot[keep]] = items_hit[keep]
+            taken[rows_hit[keep], items_hit[keep]] = True
+            np.add.at(filled, rows_hit[keep], 1)
+            pending = np.flatnonzero(filled < n)
+            draws *= 2  # the rows still short are the ones whose allowed items carry little weight
+    return out
+
+
+def load_or_sample(data: SequenceData, split: str, protocol: str, seed: int, cache_dir: Path | None,
+                   n: int = 100) -> np.ndarray:
+    """The stored negatives for (dataset, split, protocol, seed), drawing and saving them the first time."""
+    if split not in _SPLIT_CODES:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(_SPLIT_CODES)}")
+    weights = candidate_weights(data, protocol)
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"negatives-{data.content_sha256()[:16]}-{split}-{protocol}-n{n}-seed{seed}.npy"
+        if path.exists():
+            cached = np.load(path, allow_pickle=False)
+            if cached.shape == (data.n_users, n):
+                return cached
+    rng = np.random.default_rng([seed, _PROTOCOL_CODES[protocol], _SPLIT_CODES[split]])
+    negatives = sample_negatives(data, weights, n, rng)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npy")
+        np.save(tmp, negatives)
+        tmp.replace(path)
+    return negatives

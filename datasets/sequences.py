@@ -1,0 +1,196 @@
+"""Time-ordered user sequences stored as CSR, and the leave-one-out split of ``protocol.md``.
+
+Every dataset, whatever its source, ends up as one :class:`SequenceData`: a flat ``int64`` array of item ids
+(``1..n_items``; 0 is reserved for padding) plus ``offsets`` so that user ``u``'s sequence is
+``items[offsets[u]:offsets[u + 1]]`` in chronological order. Users are numbered ``0..n_users-1``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PAD = 0
+
+
+@dataclass(frozen=True)
+class SequenceData:
+    """All users' chronological item sequences in CSR form."""
+
+    name: str
+    items: np.ndarray  # int64, ids in 1..n_items
+    offsets: np.ndarray  # int64, length n_users + 1, offsets[0] == 0
+    n_items: int
+    provenance: dict = field(default_factory=dict)  # source file, its sha256, preprocessing settings
+
+    def __post_init__(self):
+        if self.offsets.ndim != 1 or len(self.offsets) < 1 or self.offsets[0] != 0:
+            raise ValueError(f"{self.name}: offsets must be a 1-d array starting at 0")
+        if self.offsets[-1] != len(self.items) or np.any(np.diff(self.offsets) < 0):
+            raise ValueError(f"{self.name}: offsets must be non-decreasing and end at len(items)")
+        if len(self.items) and (self.items.min() < 1 or self.items.max() > self.n_items):
+            raise ValueError(f"{self.name}: item ids must lie in 1..{self.n_items} (0 is padding)")
+
+    @classmethod
+    def from_sequences(cls, name: str, sequences: list, n_items: int | None = None,
+                       provenance: dict | None = None) -> "SequenceData":
+        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        items = (np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences])
+                 if len(sequences) else np.zeros(0, dtype=np.int64))
+        if n_items is None:
+            n_items = int(items.max()) if len(items) else 0
+        return cls(name, items, offsets, int(n_items), dict(provenance or {}))
+
+    @property
+    def n_users(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def n_actions(self) -> int:
+        return len(self.items)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def sequence(self, user: int) -> np.ndarray:
+        return self.items[self.offsets[user]:self.offsets[user + 1]]
+
+    def user_index(self) -> np.ndarray:
+        """The user of every position of ``items`` (same length as ``items``)."""
+        return np.repeat(np.arange(self.n_users, dtype=np.int64), self.lengths)
+
+    def item_counts(self) -> np.ndarray:
+        """Interactions per item id, indexed 0..n_items (index 0, padding, is always 0)."""
+        return np.bincount(self.items, minlength=self.n_items + 1).astype(np.int64)
+
+    def content_sha256(self) -> str:
+        """Hash of the prepared sequences themselves, so results name exactly the data they used."""
+        digest = hashlib.sha256()
+        digest.update(np.int64(self.n_items).tobytes())
+        digest.update(np.ascontiguousarray(self.offsets, dtype=np.int64).tobytes())
+        digest.update(np.ascontiguousarray(self.items, dtype=np.int64).tobytes())
+        return digest.hexdigest()
+
+    def stats(self) -> dict:
+        """The columns of the paper's Table 1, computed on the whole sequences."""
+        users, items, actions = self.n_users, self.n_items, self.n_actions
+        return {
+            "users": users,
+            "items": items,
+            "actions": actions,
+            "avg_length": actions / users if users else 0.0,
+            "density": actions / (users * items) if users and items else 0.0,
+        }
+
+    def save(self, path: Path) -> None:
+        """Write atomically to ``path`` (``.npz``); the provenance travels as JSON inside it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, items=self.items, offsets=self.offsets, n_items=np.int64(self.n_items),
+                 name=np.array(self.name), provenance=np.array(json.dumps(self.provenance)))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "SequenceData":
+        with np.load(path, allow_pickle=False) as f:
+            return cls(str(f["name"]), f["items"].astype(np.int64), f["offsets"].astype(np.int64),
+                       int(f["n_items"]), json.loads(str(f["provenance"])))
+
+
+@dataclass(frozen=True)
+class Histories:
+    """A batch-able view: each user's input history (CSR) and, for evaluation, the held-out target.
+
+    ``targets`` is ``None`` for the training view. ``users`` are row ids into the parent dataset.
+    """
+
+    items: np.ndarray
+    offsets: np.ndarray
+    users: np.ndarray
+    targets: np.ndarray | None = None
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+    def flat(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every history item of ``rows`` as parallel arrays (position of the row in ``rows``, item id)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = self.offsets[rows]
+        lengths = self.offsets[rows + 1] - starts
+        row_of = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+        first_position = np.cumsum(lengths) - lengths  # where each row's run begins in the output
+        index = starts[row_of] + np.arange(len(row_of), dtype=np.int64) - first_position[row_of]
+        return row_of, self.items[index]
+
+    def padded(self, rows: np.ndarray, max_len: int) -> np.ndarray:
+        """Left-padded ``(len(rows), max_len)`` matrix of the last ``max_len`` items of each history.
+
+        Built with one vectorised gather: position ``j`` of row ``r`` holds item
+        ``end_r - max_len + j`` when that index is inside the history, else PAD.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = self.offsets[rows], self.offsets[rows + 1]
+        index = ends[:, None] - max_len + np.arange(max_len, dtype=np.int64)[None, :]
+        valid = index >= starts[:, None]
+        out = np.where(valid, self.items[np.where(valid, index, 0)] if len(self.items) else PAD, PAD)
+        return out.astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True)
+class LeaveOneOutSplit:
+    """``protocol.md``'s split: train ``s[:-2]``; valid ``s[:-2] -> s[-2]``; test ``s[:-1] -> s[-1]``."""
+
+    data: SequenceData
+
+    def __post_init__(self):
+        short = np.flatnonzero(self.data.lengths < 3)
+        if len(short):
+            raise ValueError(
+                f"dataset {self.data.name!r}: {len(short)} user(s) have fewer than 3 interactions "
+                f"(first: user row {short[0]} with {self.data.lengths[short[0]]}); leave-one-out needs "
+                f"at least 3 per user. Filter users with min_user_interactions >= 3 when preparing it.")
+
+    @property
+    def n_items(self) -> int:
+        return self.data.n_items
+
+    def _prefix(self, drop_last: int, targets: bool) -> Histories:
+        data = self.data
+        keep = np.ones(data.n_actions, dtype=bool)
+        ends = data.offsets[1:]
+        for k in range(1, drop_last + 1):
+            keep[ends - k] = False
+        offsets = data.offsets - drop_last * np.arange(data.n_users + 1, dtype=np.int64)
+        users = np.arange(data.n_users, dtype=np.int64)
+        target = data.items[ends - drop_last] if targets else None
+        return Histories(data.items[keep], offsets, users, target)
+
+    def train(self) -> Histories:
+        """Training sequences ``s[:-2]``; never contain the validation or test item."""
+        return self._prefix(2, targets=False)
+
+    def valid(self) -> Histories:
+        """Input ``s[:-2]``, target ``s[-2]``."""
+        return self._prefix(2, targets=True)
+
+    def test(self) -> Histories:
+        """Input ``s[:-1]``, target ``s[-1]``: the only view in which the test item exists."""
+        return self._prefix(1, targets=True)
+
+    def view(self, split: str) -> Histories:
+        if split == "valid":
+            return self.valid()
+        if split == "test":
+            return self.test()
+        raise ValueError(f"unknown split {split!r}; expected 'valid' or 'test'")

@@ -1,0 +1,96 @@
+"""The one interface every model implements (``architecture.md``, "The common model interface").
+
+A model is built from its hyper-parameters (a dataclass ``Config``) and the dataset's sizes, fitted on the
+training view (the trainer validates it through a callback that never exposes the test split), and scores
+batches of histories against all items or against given candidate lists. Models never read files and never
+compute metrics.
+
+Conventions for :meth:`Recommender.score`:
+- ``users``: ``(B,)`` user rows; ``histories``: ``(B, history_length)`` item ids, *left*-padded with 0 so the
+  most recent item is in the last column; ``candidates``: ``None`` or ``(B, C)`` item ids.
+- returns ``(B, n_items + 1)`` scores indexed by item id (column 0, padding, is ignored by the evaluator) when
+  ``candidates`` is ``None``, else ``(B, C)`` scores aligned with ``candidates``. Higher is better.
+"""
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Callable, ClassVar
+
+import torch
+from torch import nn
+
+from datasets.sequences import Histories
+
+Validator = Callable[["Recommender"], dict]
+
+
+class Recommender(ABC):
+    """Base of all models, neural or not."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, n_users: int, n_items: int, config):
+        if not dataclasses.is_dataclass(config):
+            raise TypeError(f"{type(self).__name__} expects a {self.Config.__name__} dataclass, got {type(config)}")
+        self.n_users = n_users
+        self.n_items = n_items
+        self.config = config
+
+    @property
+    def history_length(self) -> int:
+        """How many of the most recent history items :meth:`score` reads (0: it needs none)."""
+        return 0
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @abstractmethod
+    def fit(self, train: Histories, validate: Validator | None, settings) -> dict:
+        """Learn from ``train``; return a fit report (epochs run, best epoch, the validation curve)."""
+
+    @abstractmethod
+    def score(self, users: torch.Tensor, histories: torch.Tensor,
+              candidates: torch.Tensor | None) -> torch.Tensor:
+        """Scores as described in the module docstring."""
+
+    def hyperparameters(self) -> dict:
+        return dataclasses.asdict(self.config)
+
+
+def gather_candidates(all_scores: torch.Tensor, candidates: torch.Tensor | None) -> torch.Tensor:
+    """Scores of ``candidates`` from a full ``(B, n_items + 1)`` score matrix (or all of it)."""
+    return all_scores if candidates is None else all_scores.gather(1, candidates)
+
+
+class NeuralRecommender(nn.Module, Recommender):
+    """A model trained by the shared :class:`benchmarks.trainer.Trainer`.
+
+    A subclass says only how to lay out its training examples (:meth:`training_examples`, built once and kept
+    on the device), how a batch of them becomes a loss (:meth:`loss`) and how histories become scores.
+    """
+
+    def __init__(self, n_users: int, n_items: int, config):
+        nn.Module.__init__(self)
+        Recommender.__init__(self, n_users, n_items, config)
+
+    @property
+    def device(self) -> torch.device:
+        parameter = next(self.parameters(), None)
+        return parameter.device if parameter is not None else torch.device("cpu")
+
+    @abstractmethod
+    def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
+        """Row-aligned CPU tensors, one row per training example; the trainer moves them to the device once
+        and slices shuffled row batches from them every epoch."""
+
+    @abstractmethod
+    def loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
+        """The training loss of one batch; random draws (negatives, masks) use ``generator``."""
+
+    def fit(self, train: Histories, validate: Validator | None, settings) -> dict:
+        from benchmarks.trainer import Trainer  # the trainer imports models; import late to avoid a cycle
+
+        return Trainer(settings).fit(self, train, validate)
