@@ -1,0 +1,304 @@
+"""Runs a list of (dataset, model, seed) jobs: train, select on validation, test once, write result rows.
+
+Used by ``run_all.py`` for the main grid and by ``benchmarks.studies`` for ablations, sweeps and the Cloze
+study (those only build different :class:`Job` lists). Each finished evaluation is appended to
+``results.jsonl`` atomically, with everything ``protocol.md`` asks a result to record; a rerun with
+``resume=True`` skips finished jobs and continues interrupted training from its checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.config import resolve
+from benchmarks.evaluator import Evaluator
+from benchmarks.trainer import resolve_device
+from datasets import load_dataset
+from datasets.sequences import LeaveOneOutSplit
+from models import model_class
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run: a model on a dataset with a seed, optionally a study's variant of it."""
+
+    dataset: str
+    model: str
+    seed: int
+    study: str = "main"
+    variant: str | None = None  # the study's row label, e.g. "w/o PE"
+    sweep: dict | None = field(default=None, hash=False)  # {"param": ..., "value": ...} for sensitivity
+    overrides: tuple = ()  # "field=value" strings applied after the profile
+
+    @property
+    def run_id(self) -> str:
+        parts = [self.dataset, self.model] + ([self.variant] if self.variant else []) + [f"seed{self.seed}"]
+        return "/".join(parts)
+
+    @property
+    def file_stem(self) -> str:
+        return re.sub(r"[^A-Za-z0-9.=+-]+", "_", self.run_id.replace("/", "__"))
+
+
+# ---------------------------------------------------------------------------------------------- provenance
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def library_versions() -> dict:
+    import pandas
+    import scipy
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+            "scipy": scipy.__version__, "pandas": pandas.__version__, "platform": platform.platform()}
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
+
+
+class PeakMemory:
+    """Peak memory of one job: CUDA's allocator peak on GPU, the process's peak RSS (VmHWM) on CPU.
+
+    On Linux the RSS peak is reset per job through ``/proc/self/clear_refs``; where that is not possible the
+    figure is the process's peak so far, which can only overstate a job's own peak.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            try:
+                Path("/proc/self/clear_refs").write_text("5")
+            except OSError:
+                pass
+
+    def peak_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ------------------------------------------------------------------------------------------------- results
+
+class ResultStore:
+    """``results.jsonl`` in an output folder, rewritten atomically on every append."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.path = self.folder / "results.jsonl"
+        self.rows = read_results(self.path) if self.path.exists() else []
+
+    def done(self, run_id: str, protocols) -> bool:
+        have = {row["protocol"] for row in self.rows if row["run_id"] == run_id}
+        return set(protocols) <= have
+
+    def drop(self, run_id: str) -> None:
+        self.rows = [row for row in self.rows if row["run_id"] != run_id]
+        self._write()
+
+    def append(self, row: dict) -> None:
+        self.rows = [r for r in self.rows if (r["run_id"], r["protocol"]) != (row["run_id"], row["protocol"])]
+        self.rows.append(row)
+        self._write()
+
+    def _write(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows))
+        tmp.replace(self.path)
+
+
+def read_results(path: Path) -> list[dict]:
+    rows = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); fix or delete that line "
+                             f"and rerun with --resume") from None
+    return rows
+
+
+def write_json(path: Path, payload) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("RECBENCH_CACHE_DIR", Path.home() / ".cache" / "recbench"))
+
+
+# ----------------------------------------------------------------------------------------------------- run
+
+def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "smoke", device: str = "auto",
+             data_dir: str | None = None, cache_dir: str | None = None, output: Path,
+             resume: bool = False, progress: bool = True, log=print) -> list[dict]:
+    """Run every job and return the result rows written (also found in ``output/results.jsonl``)."""
+    output = Path(output)
+    torch_device = resolve_device(device)
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    store = ResultStore(output)
+    resolved = {(job.dataset, job.model, job.run_id): resolve(job.model, job.dataset, profile, job.overrides)
+                for job in jobs}  # fails early on a bad config, before any training
+    write_json(output / "config.json", {
+        "profile": profile, "protocols": list(protocols), "device": describe_device(torch_device),
+        "data_dir": str(data_dir) if data_dir else os.environ.get("RECBENCH_DATA_DIR"),
+        "jobs": [{**dataclasses.asdict(job), "run_id": job.run_id,
+                  **resolved[(job.dataset, job.model, job.run_id)].as_dict()} for job in jobs]})
+    commit, versions = git_commit(), library_versions()
+    written, datasets, started = [], {}, time.perf_counter()
+    for number, job in enumerate(jobs, start=1):
+        elapsed = time.perf_counter() - started
+        eta = f", about {elapsed / (number - 1) * (len(jobs) - number + 1) / 60:.1f} min left" if number > 1 else ""
+        if resume and store.done(job.run_id, protocols):
+            log(f"[{number}/{len(jobs)}] {job.run_id}: already in results.jsonl, skipped")
+            continue
+        log(f"[{number}/{len(jobs)}] {job.run_id}{eta}")
+        if job.dataset not in datasets:
+            data = load_dataset(job.dataset, data_dir=data_dir, cache_dir=cache, progress=progress)
+            datasets[job.dataset] = (data, LeaveOneOutSplit(data))
+        data, split = datasets[job.dataset]
+        checkpoint = output / "checkpoints" / f"{job.file_stem}.pt"
+        if not resume:
+            store.drop(job.run_id)
+            checkpoint.unlink(missing_ok=True)
+        config = resolved[(job.dataset, job.model, job.run_id)]
+        rows = run_one(job, data, split, config, protocols, torch_device, cache / "negatives", checkpoint,
+                       output, progress, commit, versions, log)
+        for row in rows:
+            store.append(row)
+        written.extend(rows)
+    return written
+
+
+def run_one(job: Job, data, split, config, protocols, device, negatives_dir, checkpoint, output, progress,
+            commit, versions, log) -> list[dict]:
+    torch.manual_seed(job.seed)
+    np.random.seed(job.seed)
+    settings = dataclasses.replace(config.train, seed=job.seed, checkpoint=str(checkpoint), progress=progress)
+    evaluator = Evaluator(split, seed=job.seed, cache_dir=negatives_dir)
+    cls = model_class(job.model)
+    memory = PeakMemory(device)
+    memory.reset()
+    model = cls(data.n_users, data.n_items, config.model)
+    if isinstance(model, torch.nn.Module):
+        model.to(device)
+    valid_users = None
+    if settings.valid_users and settings.valid_users < data.n_users:
+        valid_users = np.sort(np.random.default_rng(job.seed).choice(data.n_users, settings.valid_users,
+                                                                       replace=False))
+
+    def validate(current) -> dict:
+        return evaluator.evaluate(current, "valid", settings.valid_protocol, job.model, valid_users).metrics
+
+    fit = model.fit(split.train(), validate, settings)
+    info = {"sha256": data.content_sha256(), "stats": data.stats(), "provenance": data.provenance}
+    rows = []
+    for protocol in protocols:
+        evaluation = evaluator.evaluate(model, "test", protocol, job.model)
+        per_user = Path("per_user") / f"{job.file_stem}__{protocol}.npz"
+        evaluation.counts.save(output / per_user)
+        rows.append({
+            "schema": SCHEMA_VERSION, "run_id": job.run_id, "study": job.study, "variant": job.variant,
+            "sweep": job.sweep, "dataset": job.dataset, "dataset_info": info, "model": job.model,
+            "hyperparameters": dataclasses.asdict(config.model),
+            "train_settings": fit.get("settings"), "task": "next-item", "protocol": protocol,
+            "tie_policy": evaluation.tie_policy, "split": "test", "seed": job.seed,
+            "metrics": evaluation.metrics, "users_evaluated": len(evaluation.counts.users),
+            "per_user_file": str(per_user), "epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
+            "best_valid": fit["best_valid"],
+            "valid_metric": f"{settings.valid_metric} under {settings.valid_protocol}" if fit.get("settings") else None,
+            "curve": fit["curve"], "train_seconds": fit["train_seconds"], "eval_seconds": evaluation.seconds,
+            "peak_memory_mb": memory.peak_mb(), "device": describe_device(device), "versions": versions,
+            "commit": commit, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        })
+        metrics = "  ".join(f"{name} {value:.4f}" for name, value in evaluation.metrics.items())
+        log(f"    {protocol:>6}: {metrics}  (train {fit['train_seconds']:.1f}s, {fit['epochs_run']} epochs)")
+    if hasattr(model, "attention_maps"):
+        save_attention(model, evaluator, job, output)
+    return rows
+
+
+def save_attention(model, evaluator: Evaluator, job: Job, output: Path, user: int = 0) -> None:
+    """Attention of every layer and head for one user's test input, for the report's heat maps."""
+    view = evaluator.view("test")
+    history = torch.from_numpy(view.padded(np.array([user]), model.history_length)).to(model.device)
+    users = torch.tensor([view.users[user]], device=model.device)
+    model.eval()
+    with torch.inference_mode():
+        weights = model.attention_maps(users, history)
+    items = getattr(model, "attention_items", lambda h: h)(history)[0]
+    path = output / "attention" / f"{job.file_stem}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, weights=weights.float().cpu().numpy(), items=items.cpu().numpy(), user=user)
+    tmp.replace(path)
+
+
+def print_tables(rows: list[dict], log=print) -> str:
+    """Paper-style tables (metrics × models), one per dataset and protocol; returns the Markdown."""
+    from tabulate import tabulate
+
+    blocks = []
+    for dataset in dict.fromkeys(row["dataset"] for row in rows):
+        for protocol in dict.fromkeys(row["protocol"] for row in rows if row["dataset"] == dataset):
+            chosen = [r for r in rows if r["dataset"] == dataset and r["protocol"] == protocol and r["study"] == "main"]
+            models = list(dict.fromkeys(r["model"] for r in chosen))
+            if not models:
+                continue
+            metrics = list(chosen[0]["metrics"])
+            table = []
+            for metric in metrics:
+                cells = [metric]
+                for name in models:
+                    values = [r["metrics"][metric] for r in chosen if r["model"] == name]
+                    cells.append(f"{np.mean(values):.4f}" + (f" ± {np.std(values):.4f}" if len(values) > 1 else ""))
+                table.append(cells)
+            seeds = len({r["seed"] for r in chosen})
+            title = f"### {dataset} — protocol `{protocol}` ({seeds} seed{'s' if seeds > 1 else ''}, test split)"
+            blocks.append(title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github"))
+    text = "\n\n".join(blocks) + "\n"
+    log("\n" + text)
+    return text

@@ -1,0 +1,23 @@
+"""The model registry: the names ``run_all.py --models`` accepts, each one file under ``models/``.
+
+Classes are imported on first use so that listing names or running POP never imports every model.
+"""
+from __future__ import annotations
+
+import importlib
+
+_REGISTRY = {
+    "pop": "models.pop:Pop",
+    "bprmf": "models.bprmf:BPRMF",
+}
+
+
+def model_names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def model_class(name: str):
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(_REGISTRY)}")
+    module, attribute = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), attribute)

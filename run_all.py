@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Train and evaluate sequential recommenders the way the BERT4Rec paper did, and write paper-style tables.
+
+    python run_all.py                                   # offline smoke run on the built-in synthetic data
+    python run_all.py --datasets ml-1m beauty --models pop bprmf --data-dir ../shared/data
+    python run_all.py --datasets ml-1m --profile paper --seeds 0 1 2 --resume
+
+Results go to ``results/<name>/`` (see results/README.md for the schema).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_MODELS = ("pop", "bprmf", "sasrec", "bert4rec")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from benchmarks.config import PROFILES
+    from benchmarks.evaluator import PROTOCOLS
+    from datasets import DATASET_NAMES
+    from models import model_names
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["synthetic"], metavar="NAME",
+                        help=f"datasets to run (default: synthetic); one of: {', '.join(DATASET_NAMES)}")
+    parser.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                        help=f"models to run (default: those of {', '.join(DEFAULT_MODELS)} that exist); "
+                             f"one of: {', '.join(model_names())}")
+    parser.add_argument("--protocols", nargs="+", default=["full", "pop100"], metavar="NAME",
+                        help=f"candidate protocols for the test split; any of: {', '.join(PROTOCOLS)}")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="N", help="seeds (default: 0)")
+    parser.add_argument("--profile", default="smoke", choices=PROFILES,
+                        help="smoke: seconds per model, checks that everything runs (default); "
+                             "paper: the paper's settings, long training with early stopping")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
+                        help="override a hyper-parameter or trainer setting, e.g. --set hidden=128 "
+                             "--set sasrec:max_epochs=50 (repeatable)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    parser.add_argument("--data-dir", default=None,
+                        help="folder with local dataset files (else $RECBENCH_DATA_DIR, else download)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="where prepared datasets and negatives are cached (else $RECBENCH_CACHE_DIR, "
+                             "else ~/.cache/recbench)")
+    parser.add_argument("--output", default=None, help="output folder (default: results/<datasets>-<profile>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip finished jobs and continue interrupted training from its checkpoint")
+    parser.add_argument("--no-report", action="store_true", help="do not generate the report at the end")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+
+    def check(kind: str, given, valid) -> None:
+        unknown = [name for name in given if name not in valid]
+        if unknown:
+            parser.error(f"unknown {kind} {', '.join(map(repr, unknown))}; valid {kind}: {', '.join(valid)}")
+
+    check("datasets", args.datasets, DATASET_NAMES)
+    if args.models is None:
+        args.models = [name for name in DEFAULT_MODELS if name in model_names()]
+    check("models", args.models, model_names())
+    check("protocols", args.protocols, PROTOCOLS)
+    if args.output is None:
+        args.output = str(Path("results") / f"{'-'.join(args.datasets)}-{args.profile}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from benchmarks.config import check_overrides
+    from benchmarks.runner import Job, print_tables, run_jobs
+
+    try:
+        check_overrides(args.overrides, args.models)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides))
+            for dataset in args.datasets for model in args.models for seed in args.seeds]
+    output = Path(args.output)
+    print(f"{len(jobs)} job(s): datasets {args.datasets}, models {args.models}, seeds {args.seeds}, "
+          f"profile {args.profile}, protocols {args.protocols} -> {output}/")
+    run_jobs(jobs, protocols=args.protocols, profile=args.profile, device=args.device, data_dir=args.data_dir,
+             cache_dir=args.cache_dir, output=output, resume=args.resume, progress=not args.quiet)
+    from benchmarks.runner import read_results
+
+    rows = [row for row in read_results(output / "results.jsonl")
+            if row["run_id"] in {job.run_id for job in jobs}]
+    table = print_tables(rows)
+    (output / "table.md").write_text(table)
+    if not args.no_report:
+        try:
+            from reports import generate_report
+        except ImportError:
+            generate_report = None
+        if generate_report is not None:
+            print(f"report: {generate_report(output)}")
+    print(f"results: {output / 'results.jsonl'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
