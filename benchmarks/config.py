@@ -27,7 +27,7 @@ class ResolvedConfig:
     train: TrainSettings
 
     def as_dict(self) -> dict:
-        return {"model": dataclasses.asdict(self.model), "train": dataclasses.asdict(self.train)}
+        return {"hyperparameters": dataclasses.asdict(self.model), "train_settings": dataclasses.asdict(self.train)}
 
 
 def parse_override(text: str) -> tuple[str | None, str, object]:

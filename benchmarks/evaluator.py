@@ -27,7 +27,7 @@ from models.base import Recommender
 
 PROTOCOLS = ("full", *SAMPLED_PROTOCOLS)
 TIE_POLICIES = ("expected", "pessimistic", "optimistic")
-DEFAULT_KS = (1, 5, 10)
+DEFAULT_METRICS = ("HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR")  # the paper's Table 2 rows
 
 
 class ScoreError(ValueError):
@@ -55,13 +55,19 @@ class RankCounts:
             return cls(f["users"], f["greater"], f["ties"])
 
 
-def metric_names(ks=DEFAULT_KS) -> list[str]:
-    return [f"HR@{k}" for k in ks] + [f"NDCG@{k}" for k in ks] + ["MRR"]
+def _parse_metric(name: str) -> tuple[str, int | None]:
+    kind, _, cutoff = name.partition("@")
+    if kind == "MRR" and not cutoff:
+        return kind, None
+    if kind in ("HR", "NDCG") and cutoff.isdigit() and int(cutoff) > 0:
+        return kind, int(cutoff)
+    raise ValueError(f"unknown metric {name!r}; expected HR@k, NDCG@k (k a positive integer) or MRR")
 
 
-def per_user_metrics(greater: np.ndarray, ties: np.ndarray, ks=DEFAULT_KS,
+def per_user_metrics(greater: np.ndarray, ties: np.ndarray, metrics=DEFAULT_METRICS,
                      tie_policy: str = "expected") -> dict[str, np.ndarray]:
-    """Each metric for each user from its (greater, ties) counts under ``tie_policy``."""
+    """Each metric (``HR@k``, ``NDCG@k``, ``MRR``) for each user from its (greater, ties) counts."""
+    parsed = [_parse_metric(name) for name in metrics]
     greater = np.asarray(greater, dtype=np.int64)
     ties = np.asarray(ties, dtype=np.int64)
     if tie_policy == "pessimistic":  # every tied candidate ranks above the target
@@ -76,11 +82,13 @@ def per_user_metrics(greater: np.ndarray, ties: np.ndarray, ks=DEFAULT_KS,
     gain_sum = np.r_[0.0, np.cumsum(1.0 / np.log2(ranks + 1.0))]  # gain_sum[n] = Σ_{r≤n} 1/log2(r+1)
     reciprocal_sum = np.r_[0.0, np.cumsum(1.0 / ranks)]  # reciprocal_sum[n] = Σ_{r≤n} 1/r
     out = {}
-    for k in ks:
-        out[f"HR@{k}"] = np.clip(k - greater, 0, ties + 1) / width
-    for k in ks:
-        out[f"NDCG@{k}"] = (gain_sum[np.minimum(worst, k)] - gain_sum[np.minimum(greater, k)]) / width
-    out["MRR"] = (reciprocal_sum[worst] - reciprocal_sum[greater]) / width
+    for name, (kind, k) in zip(metrics, parsed):
+        if kind == "HR":
+            out[name] = np.clip(k - greater, 0, ties + 1) / width
+        elif kind == "NDCG":
+            out[name] = (gain_sum[np.minimum(worst, k)] - gain_sum[np.minimum(greater, k)]) / width
+        else:
+            out[name] = (reciprocal_sum[worst] - reciprocal_sum[greater]) / width
     return out
 
 
@@ -104,14 +112,16 @@ class Evaluator:
     """Scores any :class:`Recommender` on the validation or test view of one leave-one-out split."""
 
     def __init__(self, split: LeaveOneOutSplit, seed: int, cache_dir: Path | None = None,
-                 batch_size: int = 256, ks=DEFAULT_KS, tie_policy: str = "expected"):
+                 batch_size: int = 256, metrics=DEFAULT_METRICS, tie_policy: str = "expected"):
         if tie_policy not in TIE_POLICIES:
             raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {TIE_POLICIES}")
         self.split = split
         self.seed = seed
         self.cache_dir = cache_dir
         self.batch_size = batch_size
-        self.ks = tuple(ks)
+        self.metrics = tuple(metrics)
+        for name in self.metrics:
+            _parse_metric(name)  # fail now, not after training
         self.tie_policy = tie_policy
         self._views = {}
         self._negatives = {}
@@ -134,7 +144,7 @@ class Evaluator:
             raise ValueError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
         started = time.perf_counter()
         counts = self.rank_counts(model, split, protocol, model_name or type(model).__name__, users)
-        per_user = per_user_metrics(counts.greater, counts.ties, self.ks, self.tie_policy)
+        per_user = per_user_metrics(counts.greater, counts.ties, self.metrics, self.tie_policy)
         return Evaluation(protocol, split, self.tie_policy, summarize(per_user), counts,
                           time.perf_counter() - started)
 
@@ -182,7 +192,6 @@ class Evaluator:
     def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets):
         n_slots = self.split.n_items + 1
         scores = self._check(model.score(users_t, histories, None), (len(chunk), n_slots), model_name)
-        scores[:, 0] = 0.0  # padding column: excluded below; zero keeps the finiteness check meaningful
         target_scores = scores.gather(1, targets[:, None])
         # Excluded: padding, every item of the input history, and the target itself (it is not its own rival).
         excluded = torch.zeros_like(scores, dtype=torch.bool)

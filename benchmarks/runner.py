@@ -174,8 +174,13 @@ def default_cache_dir() -> Path:
 
 def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "smoke", device: str = "auto",
              data_dir: str | None = None, cache_dir: str | None = None, output: Path,
-             resume: bool = False, progress: bool = True, log=print) -> list[dict]:
-    """Run every job and return the result rows written (also found in ``output/results.jsonl``)."""
+             resume: bool = False, progress: bool = True, log=print,
+             preloaded: dict | None = None) -> list[dict]:
+    """Run every job and return the result rows written (also found in ``output/results.jsonl``).
+
+    ``preloaded`` maps dataset names to ready :class:`SequenceData` (in-memory data, tests); other names are
+    loaded through :func:`datasets.load_dataset`.
+    """
     output = Path(output)
     torch_device = resolve_device(device)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -188,7 +193,8 @@ def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "s
         "jobs": [{**dataclasses.asdict(job), "run_id": job.run_id,
                   **resolved[(job.dataset, job.model, job.run_id)].as_dict()} for job in jobs]})
     commit, versions = git_commit(), library_versions()
-    written, datasets, started = [], {}, time.perf_counter()
+    written, started = [], time.perf_counter()
+    datasets = {name: (data, LeaveOneOutSplit(data)) for name, data in (preloaded or {}).items()}
     for number, job in enumerate(jobs, start=1):
         elapsed = time.perf_counter() - started
         eta = f", about {elapsed / (number - 1) * (len(jobs) - number + 1) / 60:.1f} min left" if number > 1 else ""

@@ -49,7 +49,7 @@ def toy_data(n_users=30, n_items=400, length=12, seed=0) -> SequenceData:
 
 def test_metrics_by_hand_without_ties():
     # rank 3: HR@1 = 0, HR@5 = 1, NDCG@5 = 1/log2(4) = 0.5, MRR = 1/3
-    m = per_user_metrics(np.array([2]), np.array([0]), ks=(1, 5))
+    m = per_user_metrics(np.array([2]), np.array([0]), metrics=("HR@1", "HR@5", "NDCG@1", "NDCG@5", "MRR"))
     assert m["HR@1"][0] == 0 and m["HR@5"][0] == 1
     assert m["NDCG@5"][0] == pytest.approx(0.5)
     assert m["NDCG@1"][0] == 0
@@ -58,13 +58,13 @@ def test_metrics_by_hand_without_ties():
 
 def test_metrics_by_hand_with_ties():
     # one tie, nothing above: rank 1 or 2 with equal probability
-    m = per_user_metrics(np.array([0]), np.array([1]), ks=(1, 5))
+    m = per_user_metrics(np.array([0]), np.array([1]), metrics=("HR@1", "HR@5", "NDCG@1", "NDCG@5", "MRR"))
     assert m["HR@1"][0] == pytest.approx(0.5)
     assert m["NDCG@1"][0] == pytest.approx(0.5)
     assert m["NDCG@5"][0] == pytest.approx((1 + 1 / math.log2(3)) / 2)
     assert m["MRR"][0] == pytest.approx(0.75)
     # four above and three tied: ranks 5..8 → HR@5 = 1/4, HR@10 = 1
-    m = per_user_metrics(np.array([4]), np.array([3]), ks=(5, 10))
+    m = per_user_metrics(np.array([4]), np.array([3]), metrics=("HR@5", "HR@10", "NDCG@5", "MRR"))
     assert m["HR@5"][0] == pytest.approx(0.25)
     assert m["HR@10"][0] == 1
     assert m["NDCG@5"][0] == pytest.approx(1 / math.log2(6) / 4)
@@ -72,10 +72,12 @@ def test_metrics_by_hand_with_ties():
 
 
 def test_tie_policies():
-    pessimistic = per_user_metrics(np.array([0]), np.array([1]), ks=(1,), tie_policy="pessimistic")
-    optimistic = per_user_metrics(np.array([0]), np.array([1]), ks=(1,), tie_policy="optimistic")
+    pessimistic = per_user_metrics(np.array([0]), np.array([1]), metrics=("HR@1", "MRR"), tie_policy="pessimistic")
+    optimistic = per_user_metrics(np.array([0]), np.array([1]), metrics=("HR@1", "MRR"), tie_policy="optimistic")
     assert pessimistic["HR@1"][0] == 0 and pessimistic["MRR"][0] == pytest.approx(0.5)
     assert optimistic["HR@1"][0] == 1 and optimistic["MRR"][0] == 1
+    with pytest.raises(ValueError, match="unknown metric 'HR@0'"):
+        per_user_metrics(np.array([0]), np.array([0]), metrics=("HR@0",))
     with pytest.raises(ValueError, match="tie policy"):
         per_user_metrics(np.array([0]), np.array([0]), tie_policy="random")
 

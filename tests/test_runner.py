@@ -1,0 +1,82 @@
+"""End to end through the job runner: result rows carry the schema, a rerun resumes, bad names are explained."""
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.evaluator import RankCounts, per_user_metrics
+from benchmarks.runner import Job, read_results, run_jobs
+from datasets.sequences import SequenceData
+
+REQUIRED_KEYS = {"dataset", "model", "seed", "protocol", "metrics", "dataset_info", "hyperparameters", "task",
+                 "tie_policy", "split", "users_evaluated", "epochs_run", "best_epoch", "train_seconds",
+                 "eval_seconds", "peak_memory_mb", "device", "versions", "commit", "per_user_file", "run_id"}
+
+
+@pytest.fixture(scope="module")
+def chain_data():
+    """Each user walks a fixed item chain from a random start: item i is followed by i+1 (mod n)."""
+    rng = np.random.default_rng(0)
+    n_items = 150
+    starts = rng.integers(0, n_items, size=120)
+    sequences = [(start + np.arange(12)) % n_items + 1 for start in starts]
+    return SequenceData.from_sequences("chain", sequences, n_items=n_items)
+
+
+def run(tmp_path, chain_data, jobs, **kwargs):
+    return run_jobs(jobs, protocols=("full", "pop100"), profile="smoke", device="cpu", output=tmp_path / "out",
+                    cache_dir=tmp_path / "cache", progress=False, log=lambda *a: None,
+                    preloaded={"chain": chain_data}, **kwargs)
+
+
+def test_rows_follow_the_schema_and_per_user_counts_reproduce_metrics(tmp_path, chain_data):
+    rows = run(tmp_path, chain_data, [Job("chain", "pop", 0), Job("chain", "bprmf", 0)])
+    assert len(rows) == 4
+    stored = read_results(tmp_path / "out" / "results.jsonl")
+    assert [r["run_id"] for r in stored] == [r["run_id"] for r in rows]
+    for row in stored:
+        assert REQUIRED_KEYS <= set(row)
+        assert set(row["metrics"]) == {"HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR"}
+        assert row["users_evaluated"] == chain_data.n_users
+        assert row["dataset_info"]["sha256"] == chain_data.content_sha256()
+        counts = RankCounts.load(tmp_path / "out" / row["per_user_file"])
+        again = per_user_metrics(counts.greater, counts.ties)
+        assert np.mean(again["NDCG@10"]) == pytest.approx(row["metrics"]["NDCG@10"])
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert {job["model"] for job in config["jobs"]} == {"pop", "bprmf"}
+    assert config["jobs"][1]["model"] == "bprmf" and config["jobs"][1]["hyperparameters"]["hidden"] == 64
+    assert config["jobs"][1]["train_settings"]["max_epochs"] == 5  # the smoke profile's value
+
+
+def test_resume_skips_finished_jobs(tmp_path, chain_data):
+    run(tmp_path, chain_data, [Job("chain", "pop", 0)])
+    log = []
+    rows = run_jobs([Job("chain", "pop", 0), Job("chain", "pop", 1)], protocols=("full", "pop100"),
+                    profile="smoke", device="cpu", output=tmp_path / "out", cache_dir=tmp_path / "cache",
+                    progress=False, log=log.append, preloaded={"chain": chain_data}, resume=True)
+    assert [r["seed"] for r in rows] == [1, 1]
+    assert any("already in results.jsonl" in line for line in log)
+    assert len(read_results(tmp_path / "out" / "results.jsonl")) == 4
+
+
+def test_pop_counts_only_training_interactions(tmp_path, chain_data):
+    """POP must not count validation and test items, or it would leak them into its ranking."""
+    from datasets.sequences import LeaveOneOutSplit
+    from models.pop import Pop
+
+    split = LeaveOneOutSplit(chain_data)
+    model = Pop(chain_data.n_users, chain_data.n_items)
+    model.fit(split.train())
+    assert model.counts.sum() == chain_data.n_actions - 2 * chain_data.n_users
+
+
+def test_corrupt_results_file_names_the_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"a": 1}\n{broken\n')
+    with pytest.raises(ValueError, match="results.jsonl, line 2"):
+        read_results(path)
+
+
+def test_unknown_model_in_job_is_explained(tmp_path, chain_data):
+    with pytest.raises(ValueError, match="unknown model 'nope'; valid models: pop"):
+        run(tmp_path, chain_data, [Job("chain", "nope", 0)])
