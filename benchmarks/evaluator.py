@@ -30,6 +30,11 @@ TIE_POLICIES = ("expected", "pessimistic", "optimistic")
 DEFAULT_METRICS = ("HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR")  # the paper's Table 2 rows
 
 
+def _count(mask: torch.Tensor) -> torch.Tensor:
+    """Row-wise number of True values; summing the bytes as int32 is twice as fast as a bool sum on CPU."""
+    return mask.view(torch.uint8).sum(1, dtype=torch.int32)
+
+
 class ScoreError(ValueError):
     """A model returned scores the evaluator refuses to rank (NaN, +inf, wrong shape)."""
 
@@ -184,7 +189,8 @@ class Evaluator:
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: score() returned shape "
                              f"{tuple(scores.shape)}, expected {shape}")
         scores = scores.float()
-        if torch.isnan(scores).any() or torch.isposinf(scores).any():
+        highest = scores.max()  # one pass: max propagates NaN and is +inf if any score is
+        if torch.isnan(highest) or torch.isposinf(highest):
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: scores contain NaN or "
                              f"+inf; the model diverged or has a bug (check its learning rate and inputs)")
         return scores
@@ -192,17 +198,25 @@ class Evaluator:
     def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets):
         n_slots = self.split.n_items + 1
         scores = self._check(model.score(users_t, histories, None), (len(chunk), n_slots), model_name)
+        scores = scores.contiguous()  # a broadcast view (POP) becomes a real matrix we may write to
         target_scores = scores.gather(1, targets[:, None])
         # Excluded: padding, every item of the input history, and the target itself (it is not its own rival).
-        excluded = torch.zeros_like(scores, dtype=torch.bool)
-        excluded[:, 0] = True
         history_rows, history_items = view.flat(chunk)
-        excluded[torch.from_numpy(history_rows).to(scores.device),
-                 torch.from_numpy(history_items).to(scores.device)] = True
-        excluded.scatter_(1, targets[:, None], True)
-        allowed = ~excluded
-        greater = ((scores > target_scores) & allowed).sum(1)
-        ties = ((scores == target_scores) & allowed).sum(1)
+        rows = torch.from_numpy(history_rows).to(scores.device)
+        items = torch.from_numpy(history_items).to(scores.device)
+        scores[:, 0] = -torch.inf
+        scores[rows, items] = -torch.inf
+        scores.scatter_(1, targets[:, None], -torch.inf)
+        greater = _count(scores > target_scores)
+        ties = _count(scores >= target_scores) - greater
+        hopeless = torch.isneginf(target_scores[:, 0])
+        if hopeless.any():
+            # A target scored -inf ties with every other -inf candidate but not with the excluded columns.
+            excluded = torch.zeros_like(scores, dtype=torch.bool)
+            excluded[:, 0] = True
+            excluded[rows, items] = True
+            excluded.scatter_(1, targets[:, None], True)
+            ties = torch.where(hopeless, _count(torch.isneginf(scores) & ~excluded), ties)
         return greater, ties
 
     def _sampled_counts(self, model, model_name, chunk, users_t, histories, targets, negatives):
@@ -214,6 +228,6 @@ class Evaluator:
         scores = self._check(model.score(users_t, histories, candidates), tuple(candidates.shape), model_name)
         target_scores = scores.gather(1, target_column)
         others = torch.ones_like(scores, dtype=torch.bool).scatter_(1, target_column, False)
-        greater = ((scores > target_scores) & others).sum(1)
-        ties = ((scores == target_scores) & others).sum(1)
+        greater = _count((scores > target_scores) & others)
+        ties = _count((scores == target_scores) & others)
         return greater, ties

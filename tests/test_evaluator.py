@@ -243,3 +243,12 @@ def test_candidate_order_hides_the_target(tmp_path):
     result = Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path).evaluate(
         FirstColumn(np.zeros((data.n_users, data.n_items + 1))), "test", "pop100")
     assert result.metrics["HR@1"] < 0.05
+
+
+def test_target_scored_minus_infinity_ties_only_with_real_candidates(tmp_path):
+    data = SequenceData.from_sequences("inf", [[1, 2, 3, 4]], n_items=10)
+    table = np.full((1, 11), -np.inf)
+    table[0, 5:8] = 1.0  # three candidates above the target; items 8..10 tie with it at -inf
+    result = Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path).evaluate(
+        FixedScorer(table), "test", "full")
+    assert result.counts.greater.tolist() == [3] and result.counts.ties.tolist() == [3]
