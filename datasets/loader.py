@@ -1,0 +1,206 @@
+"""``load_dataset``: find or download a dataset's file, prepare it once, and serve it from the cache after.
+
+Lookup order for a paper dataset with ``source="auto"``: each source kind in the registry's preference
+order (authors' file, then third-party sequences, then raw upstream file) in the data directory, then in
+the download cache; only when no kind is on disk is anything downloaded, again in preference order.
+Prepared datasets are cached as ``<cache>/prepared/<name>-<kind>-<key>.npz``, where the key hashes the
+file's sha256, the zip member, the format and the preprocessing settings; a cache hit skips parsing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasets.download import download as fetch
+from datasets.download import sha256_of
+from datasets.errors import ChecksumError, DownloadError, MissingDataError
+from datasets.preprocess import prepare
+from datasets.readers import describe, find_member, read_interactions
+from datasets.registry import DatasetSpec, Source, SyntheticSpec, get_spec
+from datasets.sequences import SequenceData
+from datasets.synthetic import GENERATOR_VERSION, generate
+
+logger = logging.getLogger(__name__)
+
+DATA_DIR_ENV = "RECBENCH_DATA_DIR"
+CACHE_DIR_ENV = "RECBENCH_CACHE_DIR"
+DEFAULT_CACHE_DIR = Path("~/.cache/recbench")
+
+
+@dataclass(frozen=True)
+class Located:
+    """A source's file found on disk, with the zip member to read (``None`` for text files)."""
+
+    source: Source
+    path: Path
+    member: str | None
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:
+    """The argument, else ``$RECBENCH_DATA_DIR``, else none (download only)."""
+    chosen = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV) or None
+    return Path(chosen).expanduser() if chosen is not None else None
+
+
+def resolve_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """The argument, else ``$RECBENCH_CACHE_DIR``, else ``~/.cache/recbench``."""
+    chosen = cache_dir if cache_dir is not None else os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_DIR
+    return Path(chosen).expanduser()
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+                 source: str = "auto", download: bool = True, progress: bool = True) -> SequenceData:
+    """Load dataset ``name`` (see ``DATASET_NAMES``) as time-ordered sequences, preparing it on first use.
+
+    ``source`` is ``"auto"`` or one of the dataset's source kinds (``"authors"``, ``"sequences"``,
+    ``"raw"``). With ``download=False`` a missing file raises :class:`MissingDataError` naming the files
+    to put in the data directory instead of going to the network.
+    """
+    spec = get_spec(name)
+    cache = resolve_cache_dir(cache_dir)
+    if isinstance(spec, SyntheticSpec):
+        if source not in ("auto", "synthetic"):
+            raise ValueError(f"dataset {name!r} is generated; source must be 'auto', not {source!r}")
+        return _load_synthetic(spec, cache)
+    kinds = [s.kind for s in spec.sources]
+    if source != "auto" and source not in kinds:
+        raise ValueError(f"dataset {name!r} has no source {source!r}; choose 'auto' or one of {kinds}")
+    sources = [s for s in spec.sources if source in ("auto", s.kind)]
+    roots = [root for root in (resolve_data_dir(data_dir),) if root is not None]
+    located = next(filter(None, (_find(spec, s, roots, cache) for s in sources)), None)
+    if located is None:
+        located = _download(spec, sources, roots, cache, download, progress)
+    return _prepare_cached(spec, located, cache, progress)
+
+
+def _download_dir(spec: DatasetSpec, source: Source, cache: Path) -> Path:
+    return cache / "downloads" / f"{spec.name}-{source.kind}"
+
+
+def _candidates(spec: DatasetSpec, source: Source, roots: list[Path], cache: Path) -> list[Path]:
+    names = [n for name in source.files
+             for n in ((name,) if name.endswith(".zip") else (name, name + ".gz"))]
+    paths = [root / n for root in roots for n in names]
+    url = spec.url(source)
+    if url:
+        paths.append(_download_dir(spec, source, cache) / url.rsplit("/", 1)[-1])
+    return paths
+
+
+def _find(spec: DatasetSpec, source: Source, roots: list[Path], cache: Path) -> Located | None:
+    """The first of ``source``'s files on disk; a zip must hold the source's member (both ML-20m sources
+    are called ``ml-20m.zip``: the authors' holds a ``.txt``, GroupLens' a ``ratings.csv``)."""
+    for path in _candidates(spec, source, roots, cache):
+        if not path.is_file():
+            continue
+        if path.suffix != ".zip":
+            return Located(source, path, None)
+        member = find_member(path, source.members)
+        if member is not None:
+            return Located(source, path, member)
+        logger.info("%s holds no member matching %s; not the %s file", path, source.members, source.kind)
+    return None
+
+
+def _download(spec: DatasetSpec, sources: list[Source], roots: list[Path], cache: Path, allowed: bool,
+              progress: bool) -> Located:
+    """Download the first source that can be fetched, or raise :class:`MissingDataError` saying what to do."""
+    failures = []
+    for source in sources:
+        url = spec.url(source)
+        if not allowed or not url:
+            continue
+        dest = _download_dir(spec, source, cache) / url.rsplit("/", 1)[-1]
+        try:
+            path = fetch(url, dest, sha256=source.sha256, progress=progress)
+        except ChecksumError:
+            raise
+        except DownloadError as exc:
+            failures.append(str(exc))
+            continue
+        located = _find(spec, source, [], cache)
+        if located is None:
+            raise MissingDataError(f"{path} was downloaded from {url} but holds no member matching "
+                                   f"{list(source.members)}; the upstream file may have changed")
+        return located
+    raise MissingDataError(_missing_message(spec, sources, roots, allowed, failures))
+
+
+def _missing_message(spec: DatasetSpec, sources: list[Source], roots: list[Path], allowed: bool,
+                     failures: list[str]) -> str:
+    where = (f"the data directory {roots[0]}" + ("" if roots[0].is_dir() else " (which does not exist)")
+             if roots else "a data directory")
+    lines = [f"dataset {spec.name!r}: no file found, and "
+             + ("downloading failed." if allowed else "downloading is off (download=False)."),
+             f"Put one of these files into {where}, chosen with data_dir=..., the --data-dir flag of "
+             f"run_all.py, or the {DATA_DIR_ENV} environment variable:"]
+    for source in sources:
+        names = " or ".join(f"{n}" + ("" if n.endswith(".zip") else f" (or {n}.gz)") for n in source.files)
+        url = spec.url(source)
+        lines.append(f"  - [{source.kind}] {names}: {source.description}"
+                     + (f"; from {url}" if url else "; not downloadable"))
+    lines += [f"Download error: {failure}" for failure in failures]
+    return "\n".join(lines)
+
+
+def _prepare_cached(spec: DatasetSpec, located: Located, cache: Path, progress: bool) -> SequenceData:
+    source, path, member = located.source, located.path, located.member
+    file_sha256 = sha256_of(path)
+    settings = source.preprocessing.describe()
+    key = hashlib.sha256(json.dumps({"file_sha256": file_sha256, "member": member, "format": source.fmt,
+                                     "preprocessing": settings}, sort_keys=True).encode()).hexdigest()
+    cached = cache / "prepared" / f"{spec.name}-{source.kind}-{key[:16]}.npz"
+    data = _load_cache(cached)
+    if data is not None:
+        logger.info("%s: cache hit %s", spec.name, cached)
+        return data
+    started = time.perf_counter()
+    url = spec.url(source)
+    provenance = {
+        "dataset": spec.name,
+        "source": source.kind,
+        "description": source.description,
+        "format": source.fmt,
+        "file": str(path),
+        "member": member,
+        "file_sha256": file_sha256,
+        "upstream_url": url,
+        "upstream_sha256": source.sha256,
+        # Only comparable when the file on disk is the published file itself (not a .gz copy of it).
+        "matches_upstream_sha256": (file_sha256 == source.sha256
+                                    if source.sha256 and url and path.name == url.rsplit("/", 1)[-1] else None),
+    }
+    interactions = read_interactions(path, source.fmt, member, progress=progress)
+    data = prepare(interactions, source.preprocessing, spec.name, provenance)
+    data.save(cached)
+    logger.info("%s: prepared from %s in %.1fs, cached at %s", spec.name, describe(path, member),
+                time.perf_counter() - started, cached)
+    return data
+
+
+def _load_synthetic(spec: SyntheticSpec, cache: Path) -> SequenceData:
+    key = hashlib.sha256(json.dumps({**spec.params, "version": GENERATOR_VERSION},
+                                    sort_keys=True).encode()).hexdigest()
+    cached = cache / "prepared" / f"{spec.name}-{key[:16]}.npz"
+    data = _load_cache(cached)
+    if data is None:
+        data = generate(**spec.params, name=spec.name)
+        data.save(cached)
+    return data
+
+
+def _load_cache(path: Path) -> SequenceData | None:
+    """The cached dataset, or ``None`` when absent or unreadable (it is then rebuilt and overwritten)."""
+    if not path.is_file():
+        return None
+    try:
+        return SequenceData.load(path)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        logger.warning("ignoring unreadable cache file %s (%s); rebuilding it", path, exc)
+        return None
