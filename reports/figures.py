@@ -1,0 +1,363 @@
+"""Figures (PNG and PDF) from result rows: sensitivity sweeps, training curves, quality against training time,
+attention heat maps and bar charts of Table 2.
+
+Every builder returns the figures it wrote and, when it had nothing to draw, a note saying why, so the report can
+say what was skipped. Colours and markers are fixed per model across all figures.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: runs write files, nobody is watching a window
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import numpy as np  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from reports import names  # noqa: E402
+from reports.results import ResultSet, Row  # noqa: E402
+from reports.stats import summarize  # noqa: E402
+from reports.tables import RANKING, group  # noqa: E402
+
+SENSITIVITY_METRICS = ("NDCG@10", "HR@10")  # paper Figs. 3-5
+QUALITY_METRIC = "NDCG@10"
+MARKERS = "osD^vP*Xhp<>"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A written figure: its name (file stem), a one-line caption and its files."""
+
+    name: str
+    caption: str
+    paths: tuple[Path, ...]
+
+
+@dataclass
+class Outcome:
+    """What a figure builder produced, and why it skipped what it skipped."""
+
+    figures: list[Figure]
+    notes: list[str]
+
+
+def _theme() -> None:
+    sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
+
+
+# Fixed colours: the two models the paper contrasts get the strongest hues, their variants the light shades.
+MODEL_COLOURS = {
+    "bert4rec": "#d62728", "bert4rec-1mask": "#ff9896", "sasrec": "#1f77b4", "sasrec-ce": "#9ecae1",
+    "gru4rec": "#2ca02c", "gru4rec+": "#98df8a", "caser": "#9467bd", "fpmc": "#ff7f0e", "bprmf": "#8c564b",
+    "ncf": "#e377c2", "pop": "#7f7f7f", "lstm": "#bcbd22",
+}
+
+
+def model_style(models: list[str]) -> dict[str, tuple]:
+    """(colour, marker) per model: fixed for known models, a distinct palette for unknown ones."""
+    known = list(names.MODELS)
+    unknown = sorted(set(models) - set(known))
+    extra = sns.color_palette("dark", max(len(unknown), 1))
+    colours = {**MODEL_COLOURS, **dict(zip(unknown, extra))}
+    return {m: (colours[m], MARKERS[i % len(MARKERS)]) for i, m in enumerate(known + unknown)}
+
+
+def _save(fig, folder: Path, name: str, caption: str) -> Figure:
+    """PNG (for the Markdown report) and PDF (for papers), each written to a temporary file then renamed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for suffix in ("png", "pdf"):
+        path = folder / f"{name}.{suffix}"
+        tmp = folder / f".{name}.{os.getpid()}.tmp.{suffix}"
+        fig.savefig(tmp, format=suffix, dpi=150, bbox_inches="tight")
+        os.replace(tmp, path)
+        paths.append(path)
+    plt.close(fig)
+    return Figure(name, caption, tuple(paths))
+
+
+def _legend_right(fig, handles, labels, title: str | None = None, y: float = 0.5) -> None:
+    """A legend beside the axes, never over the data."""
+    fig.legend(handles, labels, title=title, loc="center left", bbox_to_anchor=(1.0, y), frameon=False)
+
+
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float)) for v in values)
+
+
+# --------------------------------------------------------------------------------------------- sensitivity
+
+def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
+    """Paper Figs. 3-5: NDCG@10 and HR@10 against each swept parameter, one line per model, per dataset."""
+    rows = [r for r in results.select(study="sensitivity", task=RANKING) if r.sweep_param is not None]
+    if not rows:
+        return Outcome([], ["Sensitivity plots skipped: no rows with study == \"sensitivity\" and a sweep."])
+    figures = []
+    style = model_style(list(results.values("model")))
+    for (protocol, param), found in sorted(group(rows, "protocol", "sweep_param").items()):
+        datasets = names.order_datasets({r.dataset for r in found})
+        models = names.order_models({r.model for r in found})
+        fig, axes = plt.subplots(len(SENSITIVITY_METRICS), len(datasets), squeeze=False, sharex="col",
+                                 figsize=(4.2 * len(datasets) + 0.5, 3.2 * len(SENSITIVITY_METRICS)))
+        categorical = not _numeric({r.sweep_value for r in found})
+        for col, dataset in enumerate(datasets):
+            for row_index, metric in enumerate(SENSITIVITY_METRICS):
+                ax = axes[row_index, col]
+                for model in models:
+                    points = {key[0]: seeds for key, seeds in
+                              group([r for r in found if r.dataset == dataset and r.model == model],
+                                    "sweep_value").items()}
+                    kept = [(x, s) for x in sorted(points, key=str if categorical else float)
+                            if (s := summarize(points[x], metric)) is not None]
+                    if not kept:
+                        continue
+                    x = [str(v) if categorical else float(v) for v, _ in kept]
+                    mean = np.array([s.mean for _, s in kept])
+                    std = np.array([s.std or 0.0 for _, s in kept])
+                    colour, marker = style[model]
+                    ax.plot(x, mean, marker=marker, color=colour, label=names.model_name(model))
+                    ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15, linewidth=0)
+                values = [] if categorical else sorted({float(r.sweep_value) for r in found})
+                if values and values[0] > 0 and values[-1] / values[0] >= 8:  # sizes that double: log axis
+                    ax.set_xscale("log", base=2)
+                    ax.set_xticks(values, [f"{v:g}" for v in values])
+                    ax.minorticks_off()
+                ax.set_title(f"{names.dataset_name(dataset)}: {metric}")
+                ax.set_ylabel(f"{metric} ({protocol})")
+                if row_index == len(SENSITIVITY_METRICS) - 1:
+                    ax.set_xlabel(names.sweep_label(param))
+                    ax.tick_params(axis="x", labelrotation=45 if len(values) > 6 else 0)
+        handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
+        _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
+        fig.suptitle(f"Sensitivity to {names.sweep_label(param)}, protocol {protocol}")
+        fig.tight_layout()
+        figures.append(_save(fig, folder, f"sensitivity_{_slug(param)}_{protocol}",
+                             f"{', '.join(SENSITIVITY_METRICS)} against {names.sweep_label(param)} per dataset "
+                             f"(protocol {protocol}; band: ± std over seeds)."))
+    return Outcome(figures, [])
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_")
+
+
+# ------------------------------------------------------------------------------------------- training curves
+
+def _valid_key(row: Row) -> str | None:
+    """The curve key of the validation metric used for model selection (any ``valid_*`` key otherwise).
+
+    ``valid_metric`` reads like ``NDCG@10 under full``; the curve records it as ``valid_NDCG@10``."""
+    keys = {k for record in row.get("curve", []) for k in record if k.startswith("valid_")}
+    preferred = "valid_" + str(row.get("valid_metric")).split(" under ")[0]
+    return preferred if preferred in keys else min(keys, default=None)
+
+
+def curve_figures(results: ResultSet, folder: Path) -> Outcome:
+    """Validation metric against epoch and against cumulative training seconds, one line per model and seed."""
+    runs = {}
+    for row in results.select(study="main", task=RANKING):  # one curve per training run, whatever the protocol
+        if _valid_key(row):
+            runs.setdefault((row.dataset, row.model, row.seed), row)
+    if not runs:
+        return Outcome([], ["Training curves skipped: no main-grid row has a validated curve."])
+    style = model_style(list(results.values("model")))
+    figures = []
+    for dataset in names.order_datasets({d for d, _, _ in runs}):
+        chosen = {key: row for key, row in runs.items() if key[0] == dataset}
+        models = names.order_models({m for _, m, _ in chosen})
+        metrics = sorted({str(row.get("valid_metric", _valid_key(row)[len("valid_"):]))
+                          for row in chosen.values()})
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+        for (_, model, seed), row in sorted(chosen.items(), key=lambda item: (models.index(item[0][1]),
+                                                                              item[0][2])):
+            key = _valid_key(row)
+            points = [r for r in row.get("curve") if key in r]
+            colour, marker = style[model]
+            for ax, x_key in zip(axes, ("epoch", "seconds")):
+                ax.plot([p[x_key] for p in points], [p[key] for p in points], color=colour, marker=marker,
+                        markersize=4, alpha=0.85)
+        axes[0].set_xlabel("epoch")
+        axes[1].set_xlabel("training time (s)")
+        axes[0].set_ylabel(f"validation {' / '.join(metrics)}")
+        axes[0].set_title("against epochs")
+        axes[1].set_title("against wall-clock time")
+        handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
+        _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
+        fig.suptitle(f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)")
+        fig.tight_layout()
+        figures.append(_save(fig, folder, f"curves_{_slug(dataset)}",
+                             f"Validation {' / '.join(metrics)} during training on "
+                             f"{names.dataset_name(dataset)}, against epochs and seconds."))
+    return Outcome(figures, [])
+
+
+# ------------------------------------------------------------------------------------ quality against time
+
+def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY_METRIC) -> Outcome:
+    """One point per (model, dataset): test ``metric`` against training seconds (log axis), per protocol."""
+    rows = [r for r in results.select(study="main", task=RANKING)
+            if metric in r.metrics and r.get("train_seconds") is not None]
+    if not rows:
+        return Outcome([], [f"Quality-against-time plots skipped: no main-grid row has {metric} and "
+                            f"train_seconds."])
+    style = model_style(list(results.values("model")))
+    figures = []
+    for protocol in names.order_protocols({r.protocol for r in rows}):
+        cells = group([r for r in rows if r.protocol == protocol], "model", "dataset")
+        datasets = names.order_datasets({d for _, d in cells})
+        dataset_marker = {d: MARKERS[i % len(MARKERS)] for i, d in enumerate(datasets)}
+        seconds = {key: float(np.mean([r.get("train_seconds") for r in found])) for key, found in cells.items()}
+        # Untrained models (POP) take 0 s, which a log axis cannot show: they sit at a floor named in the label.
+        floor = min([s for s in seconds.values() if s > 0], default=1.0) / 10
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for (model, dataset), found in cells.items():
+            ax.scatter(max(seconds[(model, dataset)], floor), summarize(found, metric).mean, s=70,
+                       color=style[model][0], marker=dataset_marker[dataset], edgecolor="black", linewidth=0.5)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 1, 10, 100 s, not 10^k
+        ax.set_xlabel(f"training time (s, log scale; 0 s shown at {floor:.3g} s)")
+        ax.set_ylabel(f"test {metric} ({protocol})")
+        ax.set_title(f"Test {metric} against training time, protocol {protocol}")
+        models = names.order_models({m for m, _ in cells})
+        model_handles = [Line2D([], [], color=style[m][0], marker="o", linestyle="") for m in models]
+        data_handles = [Line2D([], [], color="grey", marker=dataset_marker[d], linestyle="") for d in datasets]
+        _legend_right(fig, model_handles, [names.model_name(m) for m in models], title="model (colour)", y=0.65)
+        _legend_right(fig, data_handles, [names.dataset_name(d) for d in datasets], title="dataset (marker)",
+                      y=0.15)
+        fig.tight_layout()
+        figures.append(_save(fig, folder, f"quality_vs_time_{protocol}",
+                             f"Test {metric} against training seconds, one point per model and dataset "
+                             f"(protocol {protocol}, mean over seeds)."))
+    return Outcome(figures, [])
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+def _attention_files(folder: Path) -> list[tuple[str, str, int, Path]]:
+    """(dataset, model, seed, path) of the main runs' maps.
+
+    Files are named after the run id, ``<dataset>__<model>[__<variant>]__seed<seed>.npz``; maps of study variants
+    (ablation, sweeps) are left out: the figure shows the model as the main grid trained it."""
+    found = []
+    for path in sorted((folder / "attention").glob("*.npz")):
+        parts = path.stem.split("__")
+        if len(parts) == 3 and re.fullmatch(r"seed-?\d+", parts[2]):
+            found.append((parts[0], parts[1], int(parts[2][len("seed"):]), path))
+    return found
+
+
+def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
+                      layer: int = -1) -> Outcome:
+    """Paper Fig. 2: one heat map per head of one layer (the last by default) for one user.
+
+    BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none. With ``user``,
+    only maps of that user are drawn; otherwise the lowest seed's map per (dataset, model)."""
+    files = _attention_files(results.folder)
+    if any(model == names.BERT4REC for _, model, _, _ in files):
+        files = [f for f in files if f[1] == names.BERT4REC]
+    if not files:
+        return Outcome([], ["Attention heat maps skipped: no attention/<dataset>__<model>__seed<seed>.npz."])
+    n_items = {}
+    for row in results.rows:
+        stats = (row.get("dataset_info") or {}).get("stats") or {}
+        if "items" in stats:
+            n_items.setdefault(row.dataset, stats["items"])
+    figures, notes, drawn = [], [], set()
+    for dataset, model, seed, path in sorted(files, key=lambda f: (f[0], f[1], f[2])):
+        if (dataset, model) in drawn:
+            continue
+        with np.load(path, allow_pickle=False) as data:
+            weights, items, row = data["weights"], data["items"], int(data["user"])
+        if user is not None and row != user:
+            continue
+        if weights.ndim != 4 or weights.shape[2:] != (len(items), len(items)):
+            notes.append(f"{path.name}: weights of shape {weights.shape} do not match (layers, heads, T, T) "
+                         f"with T = {len(items)}; skipped.")
+            continue
+        drawn.add((dataset, model))
+        figures.append(_attention_figure(folder, dataset, model, seed, row, weights, items, layer,
+                                         n_items.get(dataset)))
+    if user is not None and not figures:
+        notes.append(f"Attention heat maps skipped: no attention file holds user {user}.")
+    return Outcome(figures, notes)
+
+
+def _attention_figure(folder, dataset, model, seed, user, weights, items, layer, n_items) -> Figure:
+    layers, heads = weights.shape[:2]
+    layer_index = layer % layers
+    keep = np.flatnonzero(items != 0)  # padding positions carry no attention worth showing
+    maps = weights[layer_index][:, keep][:, :, keep]
+    # The mask token's id is the first one past the item ids.
+    labels = ["[MASK]" if n_items is not None and item > n_items else str(i + 1)
+              for i, item in enumerate(items[keep])]
+    columns = min(heads, 4)
+    grid_rows = -(-heads // columns)
+    fig, axes = plt.subplots(grid_rows, columns, squeeze=False, figsize=(4.3 * columns + 1.2, 4.2 * grid_rows))
+    step = max(1, len(keep) // 10)  # about ten tick labels per axis, whatever the sequence length
+    ticks = list(range(0, len(keep), step))
+    if ticks[-1] != len(keep) - 1:
+        ticks.append(len(keep) - 1)  # always label the last position (the [MASK] at inference)
+    image = None
+    for head in range(grid_rows * columns):
+        ax = axes[head // columns, head % columns]
+        if head >= heads:
+            ax.axis("off")
+            continue
+        image = ax.imshow(maps[head], cmap="viridis", vmin=0, vmax=max(float(maps.max()), 1e-9),
+                          interpolation="nearest")
+        ax.set_title(f"head {head + 1}")
+        ax.set_xticks(ticks, [labels[t] for t in ticks], rotation=90)
+        ax.set_yticks(ticks, [labels[t] for t in ticks])
+        ax.set_xlabel("attended position (key)")
+        ax.set_ylabel("position (query)")
+        ax.grid(False)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (probability)")
+    fig.suptitle(f"{names.model_name(model)} attention, layer {layer_index + 1} of {layers}, "
+                 f"{names.dataset_name(dataset)}, user {user} (seed {seed})")
+    return _save(fig, folder, f"attention_{_slug(dataset)}_{_slug(model)}",
+                 f"Attention weights of each head of layer {layer_index + 1}/{layers} of "
+                 f"{names.model_name(model)} for user {user} on {names.dataset_name(dataset)} "
+                 f"(positions 1 = oldest item).")
+
+
+# ---------------------------------------------------------------------------------------------- bar charts
+
+def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outcome:
+    """Table 2 as grouped bars: one panel per dataset, metrics on the x axis, one bar per model."""
+    figures, notes = [], []
+    style = model_style(list(results.values("model")))
+    for protocol in protocols:
+        rows = results.select(study="main", task=RANKING, protocol=protocol)
+        if not rows:
+            notes.append(f"Bar chart skipped for protocol {protocol}: no main-grid results.")
+            continue
+        datasets = names.order_datasets({r.dataset for r in rows})
+        models = names.order_models({r.model for r in rows})
+        cells = group(rows, "dataset", "model")
+        fig, axes = plt.subplots(len(datasets), 1, squeeze=False, figsize=(11, 3.4 * len(datasets)))
+        width = 0.8 / len(models)
+        for ax, dataset in zip(axes[:, 0], datasets):
+            metrics = names.order_metrics(m for r in rows if r.dataset == dataset for m in r.metrics)
+            for i, model in enumerate(models):
+                stats = [summarize(cells.get((dataset, model), []), metric) for metric in metrics]
+                x = np.arange(len(metrics)) + (i - (len(models) - 1) / 2) * width
+                ax.bar(x, [s.mean if s else np.nan for s in stats], width,
+                       yerr=[(s.std or 0.0) if s else 0.0 for s in stats], capsize=2,
+                       color=style[model][0], label=names.model_name(model))
+            ax.set_xticks(np.arange(len(metrics)), metrics)
+            ax.set_ylabel(f"metric value ({protocol})")
+            ax.set_title(names.dataset_name(dataset))
+        axes[-1, 0].set_xlabel("metric (test split)")
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        _legend_right(fig, handles, labels, title="model", y=1 - 0.5 / len(datasets))
+        fig.suptitle(f"Table 2 as bars, protocol {protocol} (error bars: std over seeds)")
+        fig.tight_layout()
+        figures.append(_save(fig, folder, f"bars_{protocol}",
+                             f"Table 2 ({protocol}) as grouped bars per dataset; error bars: std over seeds."))
+    return Outcome(figures, notes)

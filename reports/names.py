@@ -1,0 +1,123 @@
+"""Display names and the paper's orderings for models, datasets, metrics, ablation rows and sweep parameters.
+
+Registry names (``bert4rec``, ``ml-1m``, ``NDCG@10``) are what results store; the paper's spelling and order are
+what tables and figures show. Names this module does not know keep their registry spelling and are placed after
+the known ones, so a new model or dataset shows up in every table without a code change.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+# Paper Table 2 order (baselines, then BERT4Rec); the 1-mask variant sits next to BERT4Rec as in Table 3.
+MODELS = {
+    "pop": "POP",
+    "bprmf": "BPR-MF",
+    "ncf": "NCF",
+    "fpmc": "FPMC",
+    "gru4rec": "GRU4Rec",
+    "gru4rec+": "GRU4Rec+",
+    "caser": "Caser",
+    "sasrec": "SASRec",
+    "sasrec-ce": "SASRec-CE",
+    "lstm": "LSTM",
+    "bert4rec-1mask": "BERT4Rec (1 mask)",
+    "bert4rec": "BERT4Rec",
+}
+BERT4REC = "bert4rec"
+# Variants of BERT4Rec itself: never "the best baseline" that BERT4Rec is compared with.
+BERT4REC_FAMILY = {"bert4rec", "bert4rec-1mask"}
+
+# Paper Table 1 order.
+DATASETS = {"beauty": "Beauty", "steam": "Steam", "ml-1m": "ML-1m", "ml-20m": "ML-20m"}
+
+# Ranking metrics are families with a cut-off; MRR has none. Relevance metrics follow.
+METRIC_FAMILIES = ("HR", "NDCG", "MRR")
+RELEVANCE_METRICS = {"accuracy": "Accuracy", "AUC": "AUC", "log_loss": "Log-loss"}
+# Metrics where a lower value is better (all ranking metrics are higher-is-better).
+LOWER_IS_BETTER = {"log_loss"}
+
+# Paper Table 5 row order; labels are compared case-insensitively ("w/o dropout" == "w/o Dropout").
+ABLATION_VARIANTS = ("default", "w/o PE", "w/o PFFN", "w/o LN", "w/o RC", "w/o Dropout",
+                     "L=1", "L=3", "L=4", "h=1", "h=4", "h=8")
+
+# Axis labels with units for the sensitivity sweeps (paper Figs. 3-5); unknown parameters use their own name.
+SWEEP_PARAMS = {
+    "hidden": "hidden size d (dimensions)",
+    "mask_prob": "mask proportion ρ (fraction of items)",
+    "max_len": "maximum sequence length N (items)",
+}
+
+PROTOCOLS = ("full", "pop100", "uni100")
+PROTOCOL_NAMES = {
+    "full": "full ranking over all items",
+    "pop100": "100 popularity-sampled negatives",
+    "uni100": "100 uniformly sampled negatives",
+    "pairs": "relevance pairs: one positive and one sampled negative candidate per user",
+}
+
+
+def model_name(model: str) -> str:
+    return MODELS.get(model, model)
+
+
+def dataset_name(dataset: str) -> str:
+    return DATASETS.get(dataset, dataset)
+
+
+def metric_name(metric: str) -> str:
+    return RELEVANCE_METRICS.get(metric, metric)
+
+
+def _ordered(names: Iterable[str], known: Iterable[str]) -> list[str]:
+    """Known names in their canonical order, then the others alphabetically."""
+    names = set(names)
+    known = list(known)
+    return [n for n in known if n in names] + sorted(names - set(known))
+
+
+def order_models(models: Iterable[str]) -> list[str]:
+    return _ordered(models, MODELS)
+
+
+def order_datasets(datasets: Iterable[str]) -> list[str]:
+    return _ordered(datasets, DATASETS)
+
+
+def order_protocols(protocols: Iterable[str]) -> list[str]:
+    return _ordered(protocols, PROTOCOLS)
+
+
+def _metric_key(metric: str) -> tuple:
+    match = re.fullmatch(r"([A-Za-z]+)@(\d+)", metric)
+    family, cutoff = (match.group(1), int(match.group(2))) if match else (metric, 0)
+    rank = METRIC_FAMILIES.index(family) if family in METRIC_FAMILIES else len(METRIC_FAMILIES)
+    return rank, family, cutoff
+
+
+def order_metrics(metrics: Iterable[str]) -> list[str]:
+    """HR@k by k, then NDCG@k by k, then MRR, then anything else alphabetically."""
+    return sorted(set(metrics), key=_metric_key)
+
+
+def metric_cutoff(metric: str) -> int | None:
+    """The k of ``HR@k`` / ``NDCG@k``; None for metrics without a cut-off."""
+    match = re.fullmatch(r"[A-Za-z]+@(\d+)", metric)
+    return int(match.group(1)) if match else None
+
+
+def canonical_variant(label: str) -> str:
+    """The paper's spelling of an ablation label, matched case- and space-insensitively."""
+    squeezed = label.replace(" ", "").lower()
+    for known in ABLATION_VARIANTS:
+        if known.replace(" ", "").lower() == squeezed:
+            return known
+    return label
+
+
+def order_variants(labels: Iterable[str]) -> list[str]:
+    return _ordered((canonical_variant(label) for label in labels), ABLATION_VARIANTS)
+
+
+def sweep_label(param: str) -> str:
+    return SWEEP_PARAMS.get(param, param)

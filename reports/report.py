@@ -1,0 +1,153 @@
+"""``generate_report``: every table and figure of a results folder, and ``report.md`` linking them.
+
+The report states how the results were produced (protocols, tie policy, seeds, device, commit, library
+versions, dataset hashes) from the rows themselves and from ``config.json`` when present, and says which tables
+and figures were skipped and why.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from reports import figures, names, tables
+from reports.published import PUBLISHED_PROTOCOL, load_published
+from reports.render import Table, latex_document, to_markdown, write_atomic, write_table
+from reports.results import ResultSet, load_results
+from reports.stats import PerUser
+
+MAX_LISTED_PROBLEMS = 10  # per-user problems listed in the report before "and N more"
+
+
+def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tuple[list[Table], list[str]]:
+    built, notes = [], []
+    per_user = PerUser(results.folder)
+    built.append(tables.dataset_table(results))
+    for protocol in protocols:
+        built.append(tables.main_table(results, protocol, per_user, alpha))
+    if PUBLISHED_PROTOCOL in protocols:
+        built.append(tables.published_table(results, *load_published()))
+    else:
+        notes.append(f"Comparison with the published values skipped: the paper used {PUBLISHED_PROTOCOL} and "
+                     f"this folder has no {PUBLISHED_PROTOCOL} results.")
+    cloze = [tables.cloze_table(results, p) for p in protocols]
+    ablation = [tables.ablation_table(results, p) for p in protocols]
+    relevance_protocols = sorted(results.values("protocol", results.select(task="relevance")))
+    relevance = [tables.relevance_table(results, p) for p in relevance_protocols]
+    for found, what in ((cloze, "Table 3 (Cloze study)"), (ablation, "Table 5 (ablation)"),
+                        (relevance, "Relevance-prediction table")):
+        built += found
+        if not any(found):
+            notes.append(f"{what} skipped: no matching rows.")
+    if per_user.problems:
+        problems = sorted(per_user.problems)
+        more = len(problems) - MAX_LISTED_PROBLEMS
+        notes.append("Significance not tested where per-user values were unavailable: "
+                     + "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+                     + ".")
+    return [t for t in built if t is not None], notes
+
+
+def _distinct(rows, key: str) -> list[str]:
+    return sorted({json.dumps(r.get(key), sort_keys=True) if isinstance(r.get(key), (dict, list))
+                   else str(r.get(key, "unknown")) for r in rows})
+
+
+def _versions(rows) -> list[str]:
+    """Each library with every version the rows recorded (several versions are worth a warning)."""
+    seen = {}
+    for row in rows:
+        for library, version in (row.get("versions") or {}).items():
+            seen.setdefault(library, set()).add(str(version))
+    return [f"{library} {' / '.join(sorted(v))}" for library, v in sorted(seen.items())]
+
+
+def _provenance(results: ResultSet) -> list[str]:
+    rows = results.rows
+    lines = [f"- Results folder: `{results.folder}` ({len(rows)} results"
+             + (f"; {results.superseded} earlier duplicates superseded by later lines" if results.superseded
+                else "") + ")."]
+    for reason, count in sorted(results.ignored.items()):
+        lines.append(f"- Ignored {count} row(s) with {reason} (not a study or task this report knows).")
+    studies = Counter(r.study for r in rows)
+    lines.append("- Studies: " + ", ".join(f"{s} ({n} rows)" for s, n in sorted(studies.items())) + ".")
+    protocols = names.order_protocols(results.values("protocol"))
+    lines.append("- Protocols: " + ", ".join(f"{p} ({names.PROTOCOL_NAMES.get(p, 'not described')})"
+                                             for p in protocols) + ".")
+    lines.append(f"- Tie policy: {', '.join(_distinct(rows, 'tie_policy'))}; split: "
+                 f"{', '.join(_distinct(rows, 'split'))}.")
+    lines.append(f"- Seeds: {', '.join(map(str, sorted(results.values('seed'))))}.")
+    lines.append(f"- Device: {'; '.join(_distinct(rows, 'device'))}.")
+    commits = _distinct(rows, "commit")
+    dirty = " (a `-dirty` commit had uncommitted changes)" if any(c.endswith("-dirty") for c in commits) else ""
+    lines.append(f"- Commit: {', '.join(f'`{c}`' for c in commits)}{dirty}.")
+    versions = _versions(rows)
+    lines.append(f"- Library versions: {', '.join(versions) if versions else 'not recorded'}.")
+    created = sorted(str(r.get("created")) for r in rows if r.get("created"))
+    if created:
+        lines.append(f"- Written between {created[0]} and {created[-1]} (UTC).")
+    lines.append("- Datasets:")
+    for dataset in names.order_datasets(results.values("dataset")):
+        infos = [r.get("dataset_info") or {} for r in results.select(dataset=dataset)]
+        hashes = sorted({str(i.get("sha256", "not recorded")) for i in infos})
+        warning = " **(rows disagree: different data!)**" if len(hashes) > 1 else ""
+        source = next((i.get("provenance") for i in infos if i.get("provenance")), None)
+        lines.append(f"  - {names.dataset_name(dataset)}: sha256 {', '.join(f'`{h}`' for h in hashes)}{warning}"
+                     + (f"; provenance `{json.dumps(source, sort_keys=True)}`" if source else ""))
+    if results.config is not None:
+        shown = {k: results.config[k] for k in ("profile", "seeds", "protocols", "device", "datasets", "models")
+                 if k in results.config}
+        lines.append(f"- Run configuration (`config.json`): `{json.dumps(shown, sort_keys=True)}`; every model's "
+                     f"resolved hyper-parameters are in `config.json` and in each row of `results.jsonl`.")
+    else:
+        lines.append("- No `config.json` in this folder; each row of `results.jsonl` records its own "
+                     "hyper-parameters and trainer settings.")
+    return lines
+
+
+def generate_report(results_dir: Path, protocols: list[str] | None = None, user: int | None = None,
+                    alpha: float = 0.01) -> Path:
+    """Write ``tables/``, ``figures/`` and ``report.md`` into ``results_dir``; return the path of report.md.
+
+    ``protocols`` restricts the ranking tables and figures (default: every protocol present); ``user`` picks
+    the user of the attention heat maps; ``alpha`` is the significance threshold of the paired tests."""
+    results_dir = Path(results_dir)
+    results = load_results(results_dir)
+    notes = []
+    present = names.order_protocols(results.values("protocol", results.select(task=tables.RANKING)))
+    if protocols:
+        notes += [f"Requested protocol {p} has no ranking results." for p in protocols if p not in present]
+        present = [p for p in present if p in protocols]
+        results = replace(results, rows=[r for r in results.rows
+                                         if r.task != tables.RANKING or r.protocol in present])
+    table_dir, figure_dir = results_dir / "tables", results_dir / "figures"
+    built, table_notes = _build_tables(results, present, alpha)
+    notes += table_notes
+    for table in built:
+        write_table(table, table_dir)
+    write_atomic(table_dir / "all_tables.tex", latex_document([t.name for t in built]))
+
+    outcomes = [figures.sensitivity_figures(results, figure_dir), figures.curve_figures(results, figure_dir),
+                figures.quality_time_figures(results, figure_dir),
+                figures.attention_figures(results, figure_dir, user=user),
+                figures.bar_figures(results, figure_dir, present)]
+    drawn = [f for outcome in outcomes for f in outcome.figures]
+    notes += [note for outcome in outcomes for note in outcome.notes]
+
+    lines = [f"# Results report: {results_dir.name}", "", "## How these results were produced", "",
+             *_provenance(results), "", "## Tables", "",
+             "Each table as Markdown (below and in `tables/`) and LaTeX (booktabs); `tables/all_tables.tex` "
+             "compiles them all.", ""]
+    for table in built:
+        lines += [f"### [{table.title}](tables/{table.name}.md) ([LaTeX](tables/{table.name}.tex))", "",
+                  to_markdown(table, title=False), ""]
+    lines += ["## Figures", ""]
+    for figure in drawn:
+        lines += [f"- [{figure.name}](figures/{figure.name}.png) ([PDF](figures/{figure.name}.pdf)): "
+                  f"{figure.caption}", "", f"  ![{figure.caption}](figures/{figure.name}.png)", ""]
+    if notes:
+        lines += ["## Skipped or incomplete", "", *(f"- {note}" for note in notes), ""]
+    report = results_dir / "report.md"
+    write_atomic(report, "\n".join(lines))
+    return report

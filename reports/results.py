@@ -1,0 +1,155 @@
+"""Reading a results folder (``results/README.md``, schema version 1) into validated rows.
+
+A malformed line is an error that names the file and the line; rows of a study or task this package does not
+know are set aside with a note (a newer runner may write them), never an error. When a run is repeated or
+resumed, a later line for the same (study, variant, sweep point, dataset, model, task, protocol, seed) replaces
+the earlier one, so the tables show the latest result.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+STUDIES = ("main", "ablation", "sensitivity", "cloze")
+TASKS = ("next-item", "relevance")
+# Keys without which a row cannot be placed in any table; every other key is optional here.
+REQUIRED = {"schema": int, "study": str, "dataset": str, "model": str, "task": str, "protocol": str,
+            "seed": int, "metrics": dict}
+
+
+class ResultsError(ValueError):
+    """A results folder or one of its lines does not follow the result schema."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of ``results.jsonl``: the fields reports use, plus the whole object as ``raw``."""
+
+    line: int
+    study: str
+    variant: str | None
+    sweep_param: str | None
+    sweep_value: float | str | None
+    dataset: str
+    model: str
+    task: str
+    protocol: str
+    seed: int
+    metrics: dict
+    raw: dict = field(repr=False, compare=False)
+
+    @property
+    def key(self) -> tuple:
+        """What identifies one result; a later row with the same key supersedes an earlier one."""
+        return (self.study, self.variant, self.sweep_param, self.sweep_value, self.dataset, self.model,
+                self.task, self.protocol, self.seed)
+
+    def get(self, name: str, default=None):
+        value = self.raw.get(name)
+        return default if value is None else value
+
+
+@dataclass
+class ResultSet:
+    """All usable rows of a results folder and what was set aside while reading it."""
+
+    folder: Path
+    rows: list[Row]
+    config: dict | None = None
+    ignored: Counter = field(default_factory=Counter)  # reason -> number of rows
+    superseded: int = 0
+
+    def select(self, **conditions) -> list[Row]:
+        """Rows whose attributes equal the given values; a tuple/set value means "one of"."""
+        def matches(row: Row) -> bool:
+            for name, wanted in conditions.items():
+                value = getattr(row, name)
+                if isinstance(wanted, (tuple, set, frozenset, list)):
+                    if value not in wanted:
+                        return False
+                elif value != wanted:
+                    return False
+            return True
+        return [row for row in self.rows if matches(row)]
+
+    def values(self, name: str, rows: list[Row] | None = None) -> set:
+        return {getattr(row, name) for row in (self.rows if rows is None else rows)}
+
+
+def _fail(path: Path, line: int, message: str):
+    raise ResultsError(f"{path}, line {line}: {message}")
+
+
+def _parse_row(path: Path, line: int, obj) -> Row:
+    if not isinstance(obj, dict):
+        _fail(path, line, f"expected a JSON object, got {type(obj).__name__}")
+    missing = sorted(set(REQUIRED) - set(obj))
+    if missing:
+        _fail(path, line, f"missing key(s) {missing} (see results/README.md for the schema)")
+    for name, kind in REQUIRED.items():
+        # bool is an int subclass in Python; a seed of `true` is still a schema error.
+        if not isinstance(obj[name], kind) or isinstance(obj[name], bool):
+            _fail(path, line, f"key {name!r} should be {kind.__name__}, got {obj[name]!r}")
+    if obj["schema"] != SCHEMA_VERSION:
+        _fail(path, line, f"schema version {obj['schema']} is not supported (this reader knows "
+                          f"version {SCHEMA_VERSION}); update reports/ to read it")
+    metrics = {}
+    for name, value in obj["metrics"].items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            _fail(path, line, f"metric {name!r} should be a number, got {value!r}")
+        metrics[name] = float(value)
+    sweep = obj.get("sweep")
+    sweep_param = sweep_value = None
+    if sweep is not None:
+        if not isinstance(sweep, dict) or "param" not in sweep or "value" not in sweep:
+            _fail(path, line, f"'sweep' should be {{\"param\": ..., \"value\": ...}}, got {sweep!r}")
+        sweep_param, sweep_value = str(sweep["param"]), sweep["value"]
+        if isinstance(sweep_value, bool) or not isinstance(sweep_value, (int, float, str)):
+            _fail(path, line, f"sweep value should be a number or a string, got {sweep_value!r}")
+    variant = obj.get("variant")
+    return Row(line=line, study=obj["study"], variant=None if variant is None else str(variant),
+               sweep_param=sweep_param, sweep_value=sweep_value, dataset=obj["dataset"], model=obj["model"],
+               task=obj["task"], protocol=obj["protocol"], seed=obj["seed"], metrics=metrics, raw=obj)
+
+
+def load_results(folder: Path) -> ResultSet:
+    """Read ``folder/results.jsonl`` (and ``config.json`` when present); errors name the file and line."""
+    folder = Path(folder)
+    path = folder / "results.jsonl"
+    if not folder.is_dir():
+        raise ResultsError(f"{folder} is not a folder; pass the results folder of a run, e.g. results/<name>")
+    if not path.is_file():
+        raise ResultsError(f"{path} does not exist; is {folder} the folder a run wrote?")
+    latest: dict[tuple, Row] = {}
+    ignored = Counter()
+    superseded = 0
+    with path.open(encoding="utf-8") as lines:
+        for number, text in enumerate(lines, start=1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as error:
+                _fail(path, number, f"not valid JSON ({error.msg} at column {error.colno})")
+            row = _parse_row(path, number, obj)
+            if row.study not in STUDIES:
+                ignored[f"unknown study {row.study!r}"] += 1
+                continue
+            if row.task not in TASKS:
+                ignored[f"unknown task {row.task!r}"] += 1
+                continue
+            superseded += row.key in latest
+            latest[row.key] = row
+    config = None
+    config_path = folder / "config.json"
+    if config_path.is_file():
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ResultsError(f"{config_path}, line {error.lineno}: not valid JSON ({error.msg})") from None
+    rows = sorted(latest.values(), key=lambda row: row.line)
+    return ResultSet(folder=folder, rows=rows, config=config, ignored=ignored, superseded=superseded)

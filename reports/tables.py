@@ -1,0 +1,337 @@
+"""The paper's tables built from result rows: each builder returns a :class:`Table` or None when it has no data.
+
+- Table 1: dataset statistics.
+- Table 2: models × (dataset, metric) per protocol, best bold, second underlined, BERT4Rec's improvement over
+  the best baseline, and paired significance marks.
+- Published comparison: our pop100 values next to the paper's (``published.csv``).
+- Table 3: the Cloze study (SASRec vs BERT4Rec (1 mask) vs BERT4Rec).
+- Table 5: the ablation (NDCG@10 per variant, ↓ for a drop of more than 10% against the default).
+- Relevance: accuracy, AUC and log-loss of the relevance-prediction task.
+A missing result is a "–" cell, never an error.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from reports import names
+from reports.published import PUBLISHED_PROTOCOL, Published
+from reports.render import GAP, Cell, Table, fmt
+from reports.results import ResultSet, Row
+from reports.stats import PerUser, Summary, summarize
+
+RANKING = "next-item"
+CLOZE_MODELS = ("sasrec", "bert4rec-1mask", "bert4rec")
+CLOZE_METRICS = ("HR@10", "NDCG@10", "MRR")  # the columns of paper Table 3
+ABLATION_METRIC = "NDCG@10"  # paper Table 5
+ABLATION_DROP = 0.10  # ↓ marks a relative drop of more than this against the default
+T_MARK, W_MARK = "†", "‡"
+
+
+def group(rows: list[Row], *attributes: str) -> dict[tuple, list[Row]]:
+    """Rows keyed by the values of ``attributes`` (one list per key, e.g. the seeds of one cell)."""
+    out = defaultdict(list)
+    for row in rows:
+        out[tuple(getattr(row, a) for a in attributes)].append(row)
+    return dict(out)
+
+
+def value_cell(summary: Summary | None, digits: int = 4) -> Cell:
+    """``mean`` or ``mean ± std`` (several seeds); a gap when there is no result."""
+    if summary is None:
+        return Cell()
+    text = fmt(summary.mean, digits)
+    if summary.std is not None:
+        text += f" ± {fmt(summary.std, digits)}"
+    return Cell(text=text, value=summary.mean)
+
+
+def label(text: str) -> Cell:
+    return Cell(text=text)
+
+
+def mark_best(cells: list[Cell], lower_is_better: bool = False) -> None:
+    """Bold the best value and underline the second best; equal values share the emphasis."""
+    distinct = sorted({c.value for c in cells if c.value is not None}, reverse=not lower_is_better)
+    for cell in cells:
+        if cell.value is None:
+            continue
+        cell.bold = cell.value == distinct[0]
+        cell.underline = len(distinct) > 1 and cell.value == distinct[1]
+
+
+def _seed_notes(summaries: list[Summary]) -> list[str]:
+    """A note on seeds when any cell averages several (nothing for single-seed tables)."""
+    counts = sorted({s.n for s in summaries})
+    if not counts or counts[-1] <= 1:
+        return []
+    span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return [f"Mean ± sample standard deviation (ddof=1) over {span} seeds; a value without ± is a single seed."]
+
+
+def _protocol_note(protocol: str, rows: list[Row]) -> str:
+    policies = ", ".join(sorted({row.get("tie_policy", "unknown") for row in rows}))
+    described = names.PROTOCOL_NAMES.get(protocol, protocol)
+    return f"Protocol {protocol} ({described}); test split; means over all users; tie policy: {policies}."
+
+
+# ------------------------------------------------------------------------------------------------- Table 1
+
+def dataset_table(results: ResultSet) -> Table | None:
+    """Paper Table 1 from each dataset's ``dataset_info.stats`` (the first row that has them)."""
+    stats = {}
+    for row in results.rows:
+        found = (row.get("dataset_info") or {}).get("stats")
+        if isinstance(found, dict) and row.dataset not in stats:
+            stats[row.dataset] = found
+    datasets = names.order_datasets(results.values("dataset"))
+    if not datasets:
+        return None
+
+    def number(value, pattern):
+        return Cell() if value is None else Cell(text=pattern.format(value), value=float(value))
+
+    rows = []
+    for dataset in datasets:
+        s = stats.get(dataset, {})
+        density = s.get("density")
+        rows.append([label(names.dataset_name(dataset)), number(s.get("users"), "{:,}"),
+                     number(s.get("items"), "{:,}"), number(s.get("actions"), "{:,}"),
+                     number(s.get("avg_length"), "{:.1f}"),
+                     number(None if density is None else 100 * density, "{:.2f}%")])
+    return Table("table1_datasets", "Table 1: Statistics of the prepared datasets",
+                 ["Dataset", "#users", "#items", "#actions", "Avg. length", "Density"], rows,
+                 notes=["Computed on the whole prepared sequences (training, validation and test items); "
+                        "density = actions / (users × items)."])
+
+
+# ------------------------------------------------------------------------------------------------- Table 2
+
+def _mark_significance(per_user: PerUser, cells: dict[str, Cell], seeds: dict[str, list[Row]],
+                       metric: str, alpha: float) -> bool:
+    """Test BERT4Rec against the best baseline (else the best model against the runner-up) and put the marks
+    on the better of the two. Returns False when a test was wanted but per-user values were missing."""
+    ranked = sorted((m for m in cells if cells[m].value is not None), key=lambda m: -cells[m].value)
+    baselines = [m for m in ranked if m not in names.BERT4REC_FAMILY]
+    if names.BERT4REC in ranked and baselines:
+        pair = (names.BERT4REC, baselines[0])
+    elif len(ranked) >= 2:
+        pair = (ranked[0], ranked[1])
+    else:
+        return True
+    test = per_user.compare(seeds[pair[0]], seeds[pair[1]], metric)
+    if test is None:
+        return False
+    better = max(pair, key=lambda m: cells[m].value)
+    cells[better].marks = ((T_MARK if test.t_pvalue < alpha else "")
+                           + (W_MARK if test.wilcoxon_pvalue < alpha else ""))
+    return True
+
+
+def improvement(cells: dict[str, Cell]) -> Cell:
+    """BERT4Rec's relative improvement over the best baseline, in percent."""
+    bert = cells.get(names.BERT4REC)
+    baselines = [c.value for m, c in cells.items() if m not in names.BERT4REC_FAMILY and c.value is not None]
+    if bert is None or bert.value is None or not baselines or max(baselines) == 0:
+        return Cell()
+    change = 100 * (bert.value - max(baselines)) / max(baselines)
+    return Cell(text=f"{change:+.2f}%", value=change)
+
+
+def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: float = 0.01) -> Table | None:
+    """Paper Table 2 for one protocol: one row per (dataset, metric), one column per model."""
+    rows = results.select(study="main", task=RANKING, protocol=protocol)
+    if not rows:
+        return None
+    models = names.order_models(results.values("model", rows))
+    cells_by_key = group(rows, "dataset", "model")
+    # The Improv. column needs BERT4Rec and at least one baseline to compare it with.
+    with_improvement = names.BERT4REC in models and any(m not in names.BERT4REC_FAMILY for m in models)
+    header = ["Dataset", "Metric", *map(names.model_name, models)] + (["Improv."] if with_improvement else [])
+    table_rows, breaks, summaries = [], set(), []
+    untested = set()
+    for dataset in names.order_datasets(results.values("dataset", rows)):
+        dataset_rows = [r for r in rows if r.dataset == dataset]
+        metrics = names.order_metrics(m for r in dataset_rows for m in r.metrics)
+        breaks.add(len(table_rows))
+        for metric in metrics:
+            seeds = {m: cells_by_key.get((dataset, m), []) for m in models}
+            found = {m: summarize(seeds[m], metric) for m in models}
+            summaries += [s for s in found.values() if s is not None]
+            cells = {m: value_cell(found[m]) for m in models}
+            mark_best(list(cells.values()))
+            if not _mark_significance(per_user, cells, seeds, metric, alpha):
+                untested.add(names.dataset_name(dataset))
+            line = [label(names.dataset_name(dataset)), label(metric), *(cells[m] for m in models)]
+            if with_improvement:
+                line.append(improvement(cells))
+            table_rows.append(line)
+    notes = [_protocol_note(protocol, rows),
+             "Bold: best; underlined: second best (per row, across models)."]
+    notes += _seed_notes(summaries)
+    if with_improvement:
+        notes.append("Improv.: relative improvement of BERT4Rec over the best baseline "
+                     "(BERT4Rec variants are not baselines).")
+    pair = ("BERT4Rec and the best baseline" if with_improvement
+            else "the best model and the runner-up")
+    notes.append(f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users, "
+                 f"p < {alpha:g}) between {pair}, marked on the better of the two. With several seeds each "
+                 f"user's values are averaged over seeds before pairing.")
+    if untested:
+        notes.append(f"Not tested (per-user files missing): {', '.join(sorted(untested))}.")
+    return Table(f"table2_{protocol}", f"Table 2: Performance of all models, protocol {protocol}",
+                 header, table_rows, notes=notes, breaks=breaks)
+
+
+# ------------------------------------------------------------------------------------- published comparison
+
+def _published_rows(results: ResultSet, entry: Published) -> list[Row]:
+    common = dict(task=RANKING, protocol=PUBLISHED_PROTOCOL, dataset=entry.dataset, model=entry.model)
+    if entry.variant is None:
+        return results.select(study="main", **common)
+    wanted = names.canonical_variant(entry.variant)
+    return [r for r in results.select(study="ablation", **common)
+            if r.variant is not None and names.canonical_variant(r.variant) == wanted]
+
+
+def published_table(results: ResultSet, published: list[Published], source: str) -> Table:
+    """Our pop100 values beside the paper's, with absolute and relative differences."""
+    datasets = names.order_datasets(e.dataset for e in published)
+    models = names.order_models(e.model for e in published)
+    variants = names.order_variants(e.variant or "" for e in published)
+    metrics = names.order_metrics(e.metric for e in published)
+    ordered = sorted(published, key=lambda e: (e.table, datasets.index(e.dataset), models.index(e.model),
+                                               variants.index(names.canonical_variant(e.variant or "")),
+                                               metrics.index(e.metric)))
+    table_rows, breaks, missing, last_group = [], set(), 0, None
+    for entry in ordered:
+        summary = summarize(_published_rows(results, entry), entry.metric)
+        if summary is None:
+            missing += 1
+            continue
+        if (entry.table, entry.dataset) != last_group:
+            breaks.add(len(table_rows))
+            last_group = (entry.table, entry.dataset)
+        delta = summary.mean - entry.value
+        table_rows.append([label(entry.table), label(names.dataset_name(entry.dataset)),
+                           label(names.model_name(entry.model)), label(entry.variant or GAP),
+                           label(entry.metric), value_cell(summary), Cell(fmt(entry.value), entry.value),
+                           Cell(f"{delta:+.4f}", delta),
+                           Cell(f"{100 * delta / entry.value:+.1f}%", delta / entry.value)])
+    notes = [f"Source: {source}",
+             f"Only our {PUBLISHED_PROTOCOL} results are compared (the paper's protocol); Table 2 values against "
+             f"the main grid, Table 5 values against the ablation study. Δ = ours − paper; Δ% relative to the "
+             f"paper."]
+    if missing:
+        notes.append(f"{missing} of {len(published)} published values have no matching result in this folder.")
+    return Table("published_comparison", "Our results against the published values (Sun et al., 2019)",
+                 ["Paper table", "Dataset", "Model", "Variant", "Metric", "Ours", "Paper", "Δ", "Δ%"],
+                 table_rows, notes=notes, align="lllllrrrr", breaks=breaks)
+
+
+# ------------------------------------------------------------------------------------------------- Table 3
+
+def cloze_table(results: ResultSet, protocol: str) -> Table | None:
+    """Paper Table 3: rows of the Cloze study, or the main grid where a model has no Cloze row.
+
+    Built only when there is something beyond Table 2 to show: a Cloze row or a BERT4Rec (1 mask) result."""
+    cloze = results.select(study="cloze", task=RANKING, protocol=protocol, model=CLOZE_MODELS)
+    main = results.select(study="main", task=RANKING, protocol=protocol, model=CLOZE_MODELS)
+    if not cloze and "bert4rec-1mask" not in results.values("model", main):
+        return None
+    chosen = group(main, "dataset", "model")
+    chosen.update(group(cloze, "dataset", "model"))  # the study's own rows win
+    models = [m for m in CLOZE_MODELS if any(key[1] == m for key in chosen)]
+    datasets = names.order_datasets(key[0] for key in chosen)
+    columns = [(d, m) for d in datasets for m in CLOZE_METRICS]
+    found = {model: [summarize(chosen.get((d, model), []), metric) for d, metric in columns] for model in models}
+    grid = {model: [value_cell(summary) for summary in found[model]] for model in models}
+    for index in range(len(columns)):
+        mark_best([grid[model][index] for model in models])
+    used = [r for rows in chosen.values() for r in rows]
+    notes = [_protocol_note(protocol, used), "Bold: best; underlined: second best (per column).",
+             "Rows of the Cloze study where present, else the main grid's rows of the same model."]
+    notes += _seed_notes([s for summaries in found.values() for s in summaries if s is not None])
+    return Table(f"table3_cloze_{protocol}", f"Table 3: Cloze objective and bidirectionality, protocol {protocol}",
+                 ["Model", *(f"{names.dataset_name(d)} {m}" for d, m in columns)],
+                 [[label(names.model_name(model)), *grid[model]] for model in models], notes=notes)
+
+
+# ------------------------------------------------------------------------------------------------- Table 5
+
+def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_METRIC) -> Table | None:
+    """Paper Table 5: one row per variant, one column per dataset (and per model when several were ablated)."""
+    rows = [r for r in results.select(study="ablation", task=RANKING, protocol=protocol) if r.variant]
+    if not rows:
+        return None
+    by_column = group(rows, "model", "dataset")
+    models = names.order_models(model for model, _ in by_column)
+    datasets = names.order_datasets(results.values("dataset", rows))
+    columns = [(m, d) for m in models for d in datasets if (m, d) in by_column]
+
+    def variant_rows(column: tuple, variant: str) -> list[Row]:
+        return [r for r in by_column[column] if names.canonical_variant(r.variant) == variant]
+
+    defaults, fallback = {}, []
+    for column in columns:
+        default = variant_rows(column, "default")
+        if not default:  # the main grid trains the same default configuration
+            default = results.select(study="main", task=RANKING, protocol=protocol,
+                                     model=column[0], dataset=column[1])
+            fallback += [column] if default else []
+        defaults[column] = summarize(default, metric)
+    variants = names.order_variants(["default", *(r.variant for r in rows)])
+    table_rows, summaries = [], []
+    for variant in variants:
+        line = [label(variant)]
+        for column in columns:
+            base = defaults[column]
+            summary = base if variant == "default" else summarize(variant_rows(column, variant), metric)
+            cell = value_cell(summary)
+            if summary is not None and base is not None and base.mean > 0 and \
+                    (base.mean - summary.mean) / base.mean > ABLATION_DROP:
+                cell.text += " ↓"
+            summaries += [summary] if summary else []
+            line.append(cell)
+        table_rows.append(line)
+    several = len(models) > 1
+    header = ["Architecture", *(f"{names.model_name(m)} {names.dataset_name(d)}" if several
+                                else names.dataset_name(d) for m, d in columns)]
+    model_text = names.model_name(models[0]) if not several else "each model"
+    notes = [_protocol_note(protocol, rows),
+             f"{metric} of {model_text}; ↓: a drop of more than {ABLATION_DROP:.0%} against the default."]
+    if fallback:
+        notes.append("Default taken from the main grid for: "
+                     + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")
+    notes += _seed_notes(summaries)
+    return Table(f"table5_ablation_{protocol}", f"Table 5: Ablation ({metric}), protocol {protocol}",
+                 header, table_rows, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------- relevance
+
+def relevance_table(results: ResultSet, protocol: str) -> Table | None:
+    """Relevance prediction: one row per (dataset, model); best per dataset bold, second underlined."""
+    rows = results.select(task="relevance", protocol=protocol, study="main")
+    if not rows:
+        return None
+    known = list(names.RELEVANCE_METRICS)
+    present = {m for r in rows for m in r.metrics}
+    metrics = [m for m in known if m in present] + sorted(present - set(known))
+    by_key = group(rows, "dataset", "model")
+    table_rows, breaks, summaries = [], set(), []
+    for dataset in names.order_datasets(results.values("dataset", rows)):
+        breaks.add(len(table_rows))
+        models = names.order_models(m for d, m in by_key if d == dataset)
+        found = {m: [summarize(by_key[(dataset, m)], metric) for metric in metrics] for m in models}
+        cells = {m: [value_cell(s) for s in found[m]] for m in models}
+        for index, metric in enumerate(metrics):
+            mark_best([cells[m][index] for m in models], lower_is_better=metric in names.LOWER_IS_BETTER)
+        for m in models:
+            summaries += [s for s in found[m] if s]
+            table_rows.append([label(names.dataset_name(dataset)), label(names.model_name(m)), *cells[m]])
+    notes = [f"Relevance prediction (protocol {protocol}): one positive and one sampled negative candidate per "
+             f"user; accuracy at threshold 0.5.",
+             "Bold: best; underlined: second best per dataset (log-loss: lower is better)."]
+    notes += _seed_notes(summaries)
+    return Table(f"relevance_{protocol}", f"Relevance prediction, protocol {protocol}",
+                 ["Dataset", "Model", *map(names.metric_name, metrics)], table_rows, notes=notes, breaks=breaks)

@@ -1,0 +1,345 @@
+"""The report generator on a programmatic results folder (``tests/fixtures/reports_fixture.py``).
+
+The full fixture's report is generated once per module; smaller folders check gaps, a one-model run, errors
+and the command line. Table checks parse the written Markdown and compare it with the rows themselves.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from benchmarks.evaluator import per_user_metrics
+from reports import generate_report
+from reports.__main__ import main as cli
+from reports.published import load_published
+from reports.render import latex_escape
+from reports.results import ResultsError, load_results
+from reports.stats import PerUser
+from tests.fixtures.reports_fixture import (build_fixture, counts_for, ranking_row, relevance_row,
+                                            write_attention, write_results)
+
+MODELS = {"POP": "pop", "GRU4Rec": "gru4rec", "SASRec": "sasrec", "BERT4Rec": "bert4rec"}
+DATASETS = {"ML-1m": "ml-1m", "Beauty": "beauty"}
+
+
+@pytest.fixture(scope="module")
+def fixture_report(tmp_path_factory) -> Path:
+    folder = build_fixture(tmp_path_factory.mktemp("results") / "run")
+    report = generate_report(folder)
+    assert report == folder / "report.md"
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+def parse_markdown(path: Path) -> tuple[list[str], list[list[str]]]:
+    """Header and body cells of the (first) GitHub table in ``path``."""
+    lines = [line for line in path.read_text().splitlines() if line.startswith("|")]
+    split = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
+    return split[0], split[2:]
+
+
+def plain(cell: str) -> str:
+    """A cell's text without emphasis and significance marks."""
+    return re.sub(r"\*\*|</?ins>|[†‡]", "", cell).strip()
+
+
+def numbers(cell: str) -> tuple[float, float | None]:
+    """(mean, std) from ``0.1234`` or ``0.1234 ± 0.0056``."""
+    parts = plain(cell).replace(" ↓", "").split(" ± ")
+    return float(parts[0]), float(parts[1]) if len(parts) > 1 else None
+
+
+def rows_of(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+
+
+def expected(folder: Path, dataset: str, model: str, metric: str, protocol: str = "pop100",
+             study: str = "main") -> tuple[float, float]:
+    values = [r["metrics"][metric] for r in rows_of(folder) if r["dataset"] == dataset and r["model"] == model
+              and r["protocol"] == protocol and r["study"] == study]
+    return float(np.mean(values)), float(np.std(values, ddof=1))
+
+
+def table2_cells(folder: Path, protocol: str = "pop100") -> tuple[list[str], dict]:
+    """Header and {(dataset, metric): {column: cell}} of a Table 2."""
+    header, body = parse_markdown(folder / "tables" / f"table2_{protocol}.md")
+    return header, {(row[0], row[1]): dict(zip(header[2:], row[2:])) for row in body}
+
+
+# ------------------------------------------------------------------------------------------------ the files
+
+def test_every_table_and_figure_is_written_and_linked(fixture_report):
+    tables = ["table1_datasets", "table2_pop100", "table2_full", "published_comparison", "table3_cloze_pop100",
+              "table5_ablation_pop100", "relevance_pairs"]
+    figures = ["sensitivity_hidden_pop100", "curves_ml-1m", "curves_beauty", "quality_vs_time_pop100",
+               "quality_vs_time_full", "attention_ml-1m_bert4rec", "bars_pop100", "bars_full"]
+    report = (fixture_report / "report.md").read_text()
+    for name in tables:
+        for suffix in ("md", "tex"):
+            assert (fixture_report / "tables" / f"{name}.{suffix}").stat().st_size > 0
+            assert f"tables/{name}.{suffix}" in report
+    for name in figures:
+        for suffix in ("png", "pdf"):
+            assert (fixture_report / "figures" / f"{name}.{suffix}").stat().st_size > 1000
+            assert f"figures/{name}.{suffix}" in report
+    all_tables = (fixture_report / "tables" / "all_tables.tex").read_text()
+    assert all(rf"\input{{{name}}}" in all_tables for name in tables)
+    assert not list(fixture_report.rglob("*.tmp*")), "temporary files left behind"
+
+
+def test_report_states_how_results_were_produced(fixture_report):
+    report = (fixture_report / "report.md").read_text()
+    for fact in ("pop100 (100 popularity-sampled negatives)", "Tie policy: expected", "Seeds: 0, 1",
+                 "cpu (2 threads)", "`abc1234`", "torch 2.13", "ml-1m-sha256-0123456789abcdef", "config.json"):
+        assert fact in report
+
+
+# ------------------------------------------------------------------------------------------------ Table 2
+
+def test_table2_numbers_equal_the_results(fixture_report):
+    header, cells = table2_cells(fixture_report)
+    assert header == ["Dataset", "Metric", "POP", "GRU4Rec", "SASRec", "BERT4Rec", "Improv."]  # paper order
+    assert [key[0] for key in cells][::6] == ["Beauty", "ML-1m"]
+    assert [key[1] for key in cells][:6] == ["HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR"]
+    for (dataset, metric), row in cells.items():
+        for column, model in MODELS.items():
+            mean, std = expected(fixture_report, DATASETS[dataset], model, metric)
+            assert numbers(row[column]) == pytest.approx((round(mean, 4), round(std, 4)), abs=1e-12)
+
+
+def test_bold_marks_the_best_and_underline_the_second(fixture_report):
+    for protocol in ("pop100", "full"):
+        _, cells = table2_cells(fixture_report, protocol)
+        for (dataset, metric), row in cells.items():
+            means = {c: expected(fixture_report, DATASETS[dataset], MODELS[c], metric, protocol)[0] for c in MODELS}
+            ranked = sorted(set(means.values()), reverse=True)
+            for column in MODELS:
+                assert row[column].startswith("**") == (means[column] == ranked[0]), (dataset, metric, column)
+                assert row[column].startswith("<ins>") == (means[column] == ranked[1]), (dataset, metric, column)
+
+
+def test_improvement_column_is_bert4rec_over_the_best_baseline(fixture_report):
+    _, cells = table2_cells(fixture_report)
+    for (dataset, metric), row in cells.items():
+        means = {m: expected(fixture_report, DATASETS[dataset], m, metric)[0] for m in MODELS.values()}
+        best = max(v for m, v in means.items() if m != "bert4rec")
+        assert row["Improv."] == f"{100 * (means['bert4rec'] - best) / best:+.2f}%"
+
+
+def test_significance_marks_follow_paired_tests_over_seed_averaged_users(fixture_report):
+    _, cells = table2_cells(fixture_report)
+    rows = rows_of(fixture_report)
+    for (dataset, metric), row in cells.items():
+        means = {m: expected(fixture_report, DATASETS[dataset], m, metric)[0] for m in MODELS.values()}
+        runner_up = max((m for m in means if m != "bert4rec"), key=means.get)
+
+        def averaged(model):
+            files = [r["per_user_file"] for r in rows if r["dataset"] == DATASETS[dataset] and r["model"] == model
+                     and r["protocol"] == "pop100" and r["study"] == "main"]
+            values = []
+            for name in files:
+                with np.load(fixture_report / name) as f:
+                    values.append(per_user_metrics(f["greater"], f["ties"], metrics=(metric,))[metric])
+            return np.mean(values, axis=0)
+
+        a, b = averaged("bert4rec"), averaged(runner_up)
+        marks = ("†" if stats.ttest_rel(a, b).pvalue < 0.01 else "") + \
+                ("‡" if stats.wilcoxon(a, b).pvalue < 0.01 else "")
+        assert row["BERT4Rec"].endswith("**" + marks), (dataset, metric)
+    assert any(cell.endswith("†‡") for row in cells.values() for cell in row.values())
+    notes = (fixture_report / "tables" / "table2_pop100.md").read_text()
+    assert "paired t-test" in notes and "Wilcoxon signed-rank" in notes and "p < 0.01" in notes
+
+
+def test_identical_models_get_no_significance_mark(tmp_path):
+    counts = counts_for("ml-1m", "sasrec", 0, "pop100")
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, counts=counts) for model in ("sasrec", "bert4rec")]
+    generate_report(write_results(tmp_path, rows))
+    _, cells = table2_cells(tmp_path)
+    assert not any("†" in c or "‡" in c for row in cells.values() for c in row.values())
+    assert all(row["Improv."] == "+0.00%" for row in cells.values())
+
+
+# ------------------------------------------------------------------------------------- the other tables
+
+def test_published_comparison_shows_the_papers_numbers(fixture_report):
+    header, body = parse_markdown(fixture_report / "tables" / "published_comparison.md")
+    found = {(r[0], r[1], r[2], r[3], r[4]): dict(zip(header, r)) for r in body}
+    bert = found[("Table 2", "ML-1m", "BERT4Rec", "–", "NDCG@10")]
+    ours = expected(fixture_report, "ml-1m", "bert4rec", "NDCG@10")[0]
+    assert bert["Paper"] == "0.4818"
+    assert float(bert["Δ"]) == pytest.approx(ours - 0.4818, abs=1e-4)
+    assert float(bert["Δ%"].rstrip("%")) == pytest.approx(100 * (ours - 0.4818) / 0.4818, abs=0.05)
+    assert found[("Table 5", "ML-1m", "BERT4Rec", "w/o PE", "NDCG@10")]["Paper"] == "0.2155"
+    assert found[("Table 2", "Beauty", "SASRec", "–", "MRR")]["Paper"] == "0.1536"
+    assert not any(key[1] == "Steam" for key in found)  # no Steam results: no Steam rows
+    text = (fixture_report / "tables" / "published_comparison.md").read_text()
+    assert "Sun et al." in text and "CIKM 2019" in text
+    published, source = load_published()
+    assert len(published) == 84 and "Table 5" in source
+
+
+def test_cloze_table(fixture_report):
+    header, body = parse_markdown(fixture_report / "tables" / "table3_cloze_pop100.md")
+    assert [row[0] for row in body] == ["SASRec", "BERT4Rec (1 mask)", "BERT4Rec"]
+    one_mask = dict(zip(header, body[1]))
+    assert one_mask["Beauty HR@10"] == "–"  # no Cloze run on Beauty: a gap
+    mean, _ = expected(fixture_report, "ml-1m", "bert4rec-1mask", "NDCG@10", study="cloze")
+    assert numbers(one_mask["ML-1m NDCG@10"])[0] == round(mean, 4)
+
+
+def test_ablation_table_marks_large_drops(fixture_report):
+    header, body = parse_markdown(fixture_report / "tables" / "table5_ablation_pop100.md")
+    assert header == ["Architecture", "ML-1m"]
+    cells = {row[0]: row[1] for row in body}
+    assert list(cells) == ["default", "w/o PE", "L=1", "h=4"]  # the paper's row order
+    assert cells["w/o PE"].endswith("↓")
+    assert not cells["L=1"].endswith("↓") and not cells["h=4"].endswith("↓")
+    default = [r["metrics"]["NDCG@10"] for r in rows_of(fixture_report) if r["variant"] == "default"]
+    assert numbers(cells["default"])[0] == round(float(np.mean(default)), 4)
+
+
+def test_relevance_table(fixture_report):
+    header, body = parse_markdown(fixture_report / "tables" / "relevance_pairs.md")
+    assert header == ["Dataset", "Model", "Accuracy", "AUC", "Log-loss"]
+    rows = {row[1]: row for row in body}
+    assert rows["BERT4Rec"][2:] == ["**0.8600**", "**0.9200**", "**0.3800**"]  # lower log-loss is better
+    assert rows["LSTM"][2:] == ["<ins>0.8100</ins>", "<ins>0.8800</ins>", "<ins>0.4500</ins>"]
+
+
+def test_dataset_table(fixture_report):
+    header, body = parse_markdown(fixture_report / "tables" / "table1_datasets.md")
+    assert body[1] == ["ML-1m", "60", "300", "720", "12.0", "4.00%"]
+
+
+# ------------------------------------------------------------------------------------------------ LaTeX
+
+def test_latex_escaping():
+    assert latex_escape("a_b 5% R&D #1 {x} ± ↓") == r"a\_b 5\% R\&D \#1 \{x\} $\pm$ $\downarrow$"
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char in re.sub(r"\\[{}]", "", text):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def test_latex_is_balanced_and_escaped(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0) for model in ("sasrec", "my_model#1")]
+    rows.append(ranking_row(tmp_path, "ml-1m", "bert4rec", 0, study="ablation", variant="w/o 50% & more"))
+    generate_report(write_results(tmp_path, rows))
+    texts = {p.name: p.read_text() for p in (tmp_path / "tables").glob("*.tex")}
+    for name, text in texts.items():
+        assert _balanced(text), name
+        assert text.count(r"\begin{") == text.count(r"\end{"), name
+        body = text.split(r"\midrule", 1)[1].split(r"\bottomrule")[0] if r"\midrule" in text else ""
+        columns = len(re.search(r"\\begin\{tabular\}\{(\w+)\}", text).group(1)) if "tabular" in text else 0
+        for line in body.splitlines():
+            if line.endswith(r"\\"):
+                assert len(re.findall(r"(?<!\\)&", line)) == columns - 1, (name, line)
+        assert not re.search(r"(?<!\\)[_%#]", re.sub(r"\\(label|input)\{[^}]*\}", "", text)
+                             .split("\n", 1)[1]), name
+    assert r"my\_model\#1" in texts["table2_pop100.tex"]
+    assert r"w/o 50\% \& more" in texts["table5_ablation_pop100.tex"]
+
+
+# ---------------------------------------------------------------------------------- gaps and small folders
+
+def test_a_missing_model_or_dataset_leaves_a_gap(tmp_path):
+    rows = [ranking_row(tmp_path, dataset, model, seed) for dataset in ("ml-1m", "beauty")
+            for model in ("pop", "bert4rec") for seed in (0, 1)]
+    rows += [ranking_row(tmp_path, "ml-1m", "sasrec", seed) for seed in (0, 1)]  # SASRec: no Beauty
+    generate_report(write_results(tmp_path, rows))
+    header, cells = table2_cells(tmp_path)
+    assert header == ["Dataset", "Metric", "POP", "SASRec", "BERT4Rec", "Improv."]
+    assert cells[("Beauty", "NDCG@10")]["SASRec"] == "–"
+    assert cells[("ML-1m", "NDCG@10")]["SASRec"] != "–"
+    pop, _ = expected(tmp_path, "beauty", "pop", "NDCG@10")
+    bert, _ = expected(tmp_path, "beauty", "bert4rec", "NDCG@10")
+    assert cells[("Beauty", "NDCG@10")]["Improv."] == f"{100 * (bert - pop) / pop:+.2f}%"
+    report = (tmp_path / "report.md").read_text()
+    assert "Sensitivity plots skipped" in report and "Table 5 (ablation) skipped" in report
+
+
+def test_a_folder_with_one_model_works(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", "bert4rec", 0, with_per_user=False)]
+    report = generate_report(write_results(tmp_path, rows))
+    header, cells = table2_cells(tmp_path)
+    assert header == ["Dataset", "Metric", "BERT4Rec"]  # no baseline: no Improv. column
+    assert plain(cells[("ML-1m", "HR@10")]["BERT4Rec"]) == f"{rows[0]['metrics']['HR@10']:.4f}"
+    for name in ("curves_ml-1m", "quality_vs_time_pop100", "bars_pop100"):
+        assert (tmp_path / "figures" / f"{name}.png").exists()
+    text = report.read_text()
+    assert "Attention heat maps skipped" in text and "No `config.json`" in text
+
+
+def test_unknown_studies_and_tasks_are_ignored(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", "sasrec", 0), {**ranking_row(tmp_path, "ml-1m", "pop", 0),
+                                                          "study": "future-study"},
+            {**relevance_row("ml-1m", "lstm", 0, 0.8, 0.9, 0.4), "task": "captioning"}]
+    report = generate_report(write_results(tmp_path, rows)).read_text()
+    assert "Ignored 1 row(s) with unknown study 'future-study'" in report
+    assert "Ignored 1 row(s) with unknown task 'captioning'" in report
+    header, _ = table2_cells(tmp_path)
+    assert header == ["Dataset", "Metric", "SASRec"]
+
+
+def test_a_later_line_supersedes_an_earlier_one(tmp_path):
+    first = ranking_row(tmp_path, "ml-1m", "sasrec", 0)
+    second = {**first, "metrics": {**first["metrics"], "HR@10": 0.5}}
+    results = load_results(write_results(tmp_path, [first, second]))
+    assert len(results.rows) == 1 and results.rows[0].metrics["HR@10"] == 0.5 and results.superseded == 1
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": 1}', "missing key(s)"),
+    ('[1, 2]', "expected a JSON object"),
+])
+def test_a_malformed_line_names_the_file_and_line(tmp_path, line, message):
+    good = json.dumps(ranking_row(tmp_path, "ml-1m", "sasrec", 0))
+    (tmp_path / "results.jsonl").write_text(f"{good}\n{line}\n")
+    with pytest.raises(ResultsError, match=re.escape(f"results.jsonl, line 2: {message}")):
+        generate_report(tmp_path)
+
+
+def test_per_user_values_are_averaged_over_seeds(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", "sasrec", seed) for seed in (0, 1)]
+    results = load_results(write_results(tmp_path, rows))
+    users, values = PerUser(tmp_path).averaged(results.rows, "NDCG@10")
+    per_seed = [per_user_metrics(c.greater, c.ties, metrics=("NDCG@10",))["NDCG@10"]
+                for c in (counts_for("ml-1m", "sasrec", seed, "pop100") for seed in (0, 1))]
+    assert np.array_equal(users, np.arange(60))
+    assert np.allclose(values, np.mean(per_seed, axis=0))
+    assert values.mean() == pytest.approx(np.mean([r["metrics"]["NDCG@10"] for r in rows]))
+
+
+# ------------------------------------------------------------------------------------------- command line
+
+def test_command_line_restricts_protocols_and_picks_the_user(tmp_path, capsys):
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, protocol) for model in ("sasrec", "bert4rec")
+            for protocol in ("pop100", "full")]
+    write_results(tmp_path, rows)
+    write_attention(tmp_path, user=7)
+    assert cli([str(tmp_path), "--protocols", "full", "--user", "3"]) == 0
+    assert "report.md" in capsys.readouterr().out
+    assert (tmp_path / "tables" / "table2_full.md").exists()
+    assert not (tmp_path / "tables" / "table2_pop100.md").exists()
+    report = (tmp_path / "report.md").read_text()
+    assert "no attention file holds user 3" in report and "skipped: the paper used pop100" in report
+    assert cli([str(tmp_path), "--user", "7"]) == 0
+    assert (tmp_path / "figures" / "attention_ml-1m_bert4rec.png").exists()
+
+
+def test_command_line_reports_a_missing_folder(tmp_path, capsys):
+    assert cli([str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
