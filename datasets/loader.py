@@ -140,11 +140,7 @@ def _missing_message(spec: DatasetSpec, sources: list[Source], roots: list[Path]
              + ("downloading failed." if allowed else "downloading is off (download=False)."),
              f"Put one of these files into {where}, chosen with data_dir=..., the --data-dir flag of "
              f"run_all.py, or the {DATA_DIR_ENV} environment variable:"]
-    for source in sources:
-        names = " or ".join(f"{n}" + ("" if n.endswith(".zip") else f" (or {n}.gz)") for n in source.files)
-        url = spec.url(source)
-        lines.append(f"  - [{source.kind}] {names}: {source.description}"
-                     + (f"; from {url}" if url else "; not downloadable"))
+    lines += [f"  - {line}" for line in spec.accepted_files(sources)]
     lines += [f"Download error: {failure}" for failure in failures]
     return "\n".join(lines)
 

@@ -70,6 +70,17 @@ class DatasetSpec:
     def url(self, source: Source) -> str | None:
         return URLS.get(f"{self.name}/{source.kind}")
 
+    def accepted_files(self, sources: tuple[Source, ...] | list[Source] | None = None) -> list[str]:
+        """One line per source: the file names accepted under the data directory and where they come from."""
+        lines = []
+        for source in self.sources if sources is None else sources:
+            names = " or ".join(name + (f" (holding {' or '.join(source.members)})" if name.endswith(".zip")
+                                        else f" (or {name}.gz)") for name in source.files)
+            url = self.url(source)
+            lines.append(f"[{source.kind}] {names}: {source.description}"
+                         + (f"; from {url}" if url else "; not downloadable"))
+        return lines
+
 
 @dataclass(frozen=True)
 class SyntheticSpec:
