@@ -124,10 +124,11 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                     ax.plot(x, mean, marker=marker, color=colour, label=names.model_name(model))
                     ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15, linewidth=0)
                 values = [] if categorical else sorted({float(r.sweep_value) for r in found})
-                if values and values[0] > 0 and values[-1] / values[0] >= 8:  # sizes that double: log axis
+                if param in names.LOG_SWEEPS and values and values[0] > 0:  # sizes that double: log axis
                     ax.set_xscale("log", base=2)
-                    ax.set_xticks(values, [f"{v:g}" for v in values])
                     ax.minorticks_off()
+                if values:  # a tick at every swept value, as the paper's figures have
+                    ax.set_xticks(values, [f"{v:g}" for v in values])
                 ax.set_title(f"{names.dataset_name(dataset)}: {metric}")
                 ax.set_ylabel(f"{metric} ({protocol})")
                 if row_index == len(SENSITIVITY_METRICS) - 1:
@@ -272,8 +273,12 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
     for dataset, model, seed, path in sorted(files, key=lambda f: (f[0], f[1], f[2])):
         if (dataset, model) in drawn:
             continue
-        with np.load(path, allow_pickle=False) as data:
-            weights, items, row = data["weights"], data["items"], int(data["user"])
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                weights, items, row = data["weights"], data["items"], int(data["user"])
+        except (OSError, KeyError, ValueError, TypeError) as error:
+            notes.append(f"{path.name}: unreadable as an attention map ({error}); skipped.")
+            continue
         if user is not None and row != user:
             continue
         if weights.ndim != 4 or weights.shape[2:] != (len(items), len(items)):
@@ -288,6 +293,16 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
     return Outcome(figures, notes)
 
 
+def _position_ticks(length: int) -> list[int]:
+    """About ten tick positions at round steps (1, 2, 5, 10, 20, 25, 50, ...), always with the last position
+    (the [MASK] at inference); a round tick too close to the last one is dropped so labels never collide."""
+    step = next(s for s in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 10**9) if length / s <= 10)
+    ticks = [0] + list(range(step - 1, length - 1, step))  # positions 1, step, 2·step, ... (1-based labels)
+    if ticks and length - 1 - ticks[-1] < step / 2:
+        ticks.pop()
+    return sorted(set(ticks) | {length - 1})
+
+
 def _attention_figure(folder, dataset, model, seed, user, weights, items, layer, n_items) -> Figure:
     layers, heads = weights.shape[:2]
     layer_index = layer % layers
@@ -298,11 +313,10 @@ def _attention_figure(folder, dataset, model, seed, user, weights, items, layer,
               for i, item in enumerate(items[keep])]
     columns = min(heads, 4)
     grid_rows = -(-heads // columns)
-    fig, axes = plt.subplots(grid_rows, columns, squeeze=False, figsize=(4.3 * columns + 1.2, 4.2 * grid_rows))
-    step = max(1, len(keep) // 10)  # about ten tick labels per axis, whatever the sequence length
-    ticks = list(range(0, len(keep), step))
-    if ticks[-1] != len(keep) - 1:
-        ticks.append(len(keep) - 1)  # always label the last position (the [MASK] at inference)
+    # Constrained layout keeps the colour bar and the shared labels clear of the maps.
+    fig, axes = plt.subplots(grid_rows, columns, squeeze=False, layout="constrained",
+                             figsize=(3.6 * columns + 1.4, 3.6 * grid_rows + 0.6))
+    ticks = _position_ticks(len(keep))
     image = None
     for head in range(grid_rows * columns):
         ax = axes[head // columns, head % columns]
@@ -312,11 +326,18 @@ def _attention_figure(folder, dataset, model, seed, user, weights, items, layer,
         image = ax.imshow(maps[head], cmap="viridis", vmin=0, vmax=max(float(maps.max()), 1e-9),
                           interpolation="nearest")
         ax.set_title(f"head {head + 1}")
+        ax.grid(False)
         ax.set_xticks(ticks, [labels[t] for t in ticks], rotation=90)
         ax.set_yticks(ticks, [labels[t] for t in ticks])
-        ax.set_xlabel("attended position (key)")
-        ax.set_ylabel("position (query)")
-        ax.grid(False)
+        # Labels only on the outer maps: every head shares the same positions.
+        if head % columns == 0:
+            ax.set_ylabel("query position")
+        else:
+            ax.tick_params(labelleft=False)
+        if head + columns >= heads:
+            ax.set_xlabel("attended (key) position")
+        else:
+            ax.tick_params(labelbottom=False)
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (probability)")
     fig.suptitle(f"{names.model_name(model)} attention, layer {layer_index + 1} of {layers}, "
                  f"{names.dataset_name(dataset)}, user {user} (seed {seed})")

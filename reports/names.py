@@ -48,6 +48,9 @@ SWEEP_PARAMS = {
     "max_len": "maximum sequence length N (items)",
 }
 
+# Sweeps over sizes that roughly double from point to point read best on a log axis.
+LOG_SWEEPS = {"hidden", "max_len"}
+
 PROTOCOLS = ("full", "pop100", "uni100")
 PROTOCOL_NAMES = {
     "full": "full ranking over all items",

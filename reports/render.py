@@ -136,7 +136,7 @@ def latex_document(inputs: list[str]) -> str:
     body = "\n".join(rf"\input{{{name}}}" for name in inputs)
     return ("% Every table of this report; compile with: cd tables && pdflatex all_tables.tex\n"
             "\\documentclass{article}\n"
-            "\\usepackage[landscape,margin=1.5cm]{geometry}\n"
+            "\\usepackage[a4paper,landscape,margin=1cm]{geometry}\n"
             "\\usepackage{booktabs}\n"
             "\\begin{document}\n"
             f"{body}\n"

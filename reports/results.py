@@ -99,9 +99,10 @@ def _parse_row(path: Path, line: int, obj) -> Row:
                           f"version {SCHEMA_VERSION}); update reports/ to read it")
     metrics = {}
     for name, value in obj["metrics"].items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(path, line, f"metric {name!r} should be a number, got {value!r}")
-        metrics[name] = float(value)
+        if not math.isnan(value):  # NaN (a mean over no users) is no result: the cell stays a gap
+            metrics[name] = float(value)
     sweep = obj.get("sweep")
     sweep_param = sweep_value = None
     if sweep is not None:

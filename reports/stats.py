@@ -68,8 +68,11 @@ class PerUser:
         if path not in self._counts:
             try:
                 self._counts[path] = RankCounts.load(path)
+            except FileNotFoundError:
+                self.problems.add(f"{name}: file missing")
+                self._counts[path] = None
             except (OSError, KeyError, ValueError) as error:
-                self.problems.add(f"{path}: {error}")
+                self.problems.add(f"{name}: unreadable ({error})")
                 self._counts[path] = None
         return self._counts[path]
 

@@ -258,6 +258,10 @@ def test_a_missing_model_or_dataset_leaves_a_gap(tmp_path):
     rows = [ranking_row(tmp_path, dataset, model, seed) for dataset in ("ml-1m", "beauty")
             for model in ("pop", "bert4rec") for seed in (0, 1)]
     rows += [ranking_row(tmp_path, "ml-1m", "sasrec", seed) for seed in (0, 1)]  # SASRec: no Beauty
+    rows[0]["metrics"]["MRR"] = float("nan")  # POP ML-1m seed 0: a mean over no users
+    (tmp_path / rows[4]["per_user_file"]).unlink()  # POP Beauty seed 0: per-user counts lost
+    (tmp_path / "attention").mkdir()
+    (tmp_path / "attention" / "ml-1m__bert4rec__seed0.npz").write_bytes(b"not a zip file")
     generate_report(write_results(tmp_path, rows))
     header, cells = table2_cells(tmp_path)
     assert header == ["Dataset", "Metric", "POP", "SASRec", "BERT4Rec", "Improv."]
@@ -266,8 +270,12 @@ def test_a_missing_model_or_dataset_leaves_a_gap(tmp_path):
     pop, _ = expected(tmp_path, "beauty", "pop", "NDCG@10")
     bert, _ = expected(tmp_path, "beauty", "bert4rec", "NDCG@10")
     assert cells[("Beauty", "NDCG@10")]["Improv."] == f"{100 * (bert - pop) / pop:+.2f}%"
+    # The NaN seed is left out: one seed remains, shown without ±.
+    assert numbers(cells[("ML-1m", "MRR")]["POP"]) == (round(rows[1]["metrics"]["MRR"], 4), None)
     report = (tmp_path / "report.md").read_text()
     assert "Sensitivity plots skipped" in report and "Table 5 (ablation) skipped" in report
+    assert "Not tested (per-user files missing): Beauty." in report and "file missing" in report
+    assert "ml-1m__bert4rec__seed0.npz: unreadable as an attention map" in report
 
 
 def test_a_folder_with_one_model_works(tmp_path):
