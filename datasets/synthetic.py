@@ -3,7 +3,8 @@
 The generating process is a first-order Markov chain mixed with popularity:
 
 - items get Zipf popularity ``p(rank) ∝ rank^-zipf``, ranks assigned to ids at random;
-- every item has ``n_successors`` distinct successor items, drawn uniformly;
+- every item has ``n_successors`` distinct successor items, also drawn by popularity (a long tail, as
+  in real data);
 - a user's first item is drawn by popularity; each next item is, with probability ``follow``, one of the
   previous item's successors (the j-th with weight ``2^-j``), otherwise a popularity draw;
 - an item never repeats within a user (like real data after deduplication): a draw that hits one of the
@@ -21,7 +22,7 @@ import numpy as np
 
 from datasets.sequences import SequenceData
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 _CHUNK_CELLS = 1 << 26  # users per chunk x (n_items + 1) booleans: 64 MiB
 _POPULAR_RETRIES = 8  # popularity redraws before falling back to uniform ones
 
@@ -45,7 +46,7 @@ def generate(n_users: int, n_items: int, mean_length: float, seed: int = 0, *, m
                   length_sigma=length_sigma)
     rng = np.random.default_rng(seed)
     popularity_cdf = _popularity_cdf(rng, n_items, zipf)
-    successors = _successors(rng, n_items, n_successors)
+    successors = _successors(rng, popularity_cdf, n_successors)
     successor_cdf = np.cumsum(0.5 ** np.arange(n_successors))
     successor_cdf /= successor_cdf[-1]
 
@@ -96,15 +97,16 @@ def _popularity_cdf(rng: np.random.Generator, n_items: int, zipf: float) -> np.n
     return cdf / cdf[-1]
 
 
-def _successors(rng: np.random.Generator, n_items: int, k: int) -> np.ndarray:
-    """``(n_items + 1, k)`` table: row ``i`` holds item ``i``'s k distinct successors (never ``i``); row 0 unused."""
-    shifts = rng.integers(1, n_items, size=(n_items, k))  # successor = i + shift (mod n): never i itself
-    while True:
-        ordered = np.sort(shifts, axis=1)
-        repeated = np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1))
-        if not len(repeated):
-            break
-        shifts[repeated] = rng.integers(1, n_items, size=(len(repeated), k))
+def _successors(rng: np.random.Generator, popularity_cdf: np.ndarray, k: int) -> np.ndarray:
+    """``(n_items + 1, k)`` table: row ``i`` holds item ``i``'s k distinct successors, drawn by popularity
+    and never ``i`` itself; row 0 is unused. Rows that drew a repeat are drawn again until none does."""
+    n_items = len(popularity_cdf)
     table = np.zeros((n_items + 1, k), dtype=np.int64)
-    table[1:] = (np.arange(n_items)[:, None] + shifts) % n_items + 1
+    pending = np.arange(1, n_items + 1)
+    while len(pending):
+        draws = np.searchsorted(popularity_cdf, rng.random((len(pending), k)), side="right") + 1
+        ordered = np.sort(draws, axis=1)
+        bad = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1) | (draws == pending[:, None]).any(axis=1)
+        table[pending[~bad]] = draws[~bad]
+        pending = pending[bad]
     return table
