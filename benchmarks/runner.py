@@ -304,7 +304,8 @@ def print_tables(rows: list[dict], log=print) -> str:
                 table.append(cells)
             seeds = len({r["seed"] for r in chosen})
             title = f"### {dataset} — protocol `{protocol}` ({seeds} seed{'s' if seeds > 1 else ''}, test split)"
-            blocks.append(title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github"))
+            blocks.append(title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github",
+                                                   disable_numparse=True, colalign=("left",) + ("right",) * len(models)))
     text = "\n\n".join(blocks) + "\n"
     log("\n" + text)
     return text
