@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from reports import names  # noqa: E402
 from reports.results import ResultSet, Row  # noqa: E402
@@ -184,6 +184,7 @@ def curve_figures(results: ResultSet, folder: Path) -> Outcome:
                 ax.plot([p[x_key] for p in points], [p[key] for p in points], color=colour, marker=marker,
                         markersize=4, alpha=0.85)
         axes[0].set_xlabel("epoch")
+        axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[1].set_xlabel("training time (s)")
         axes[0].set_ylabel(f"validation {' / '.join(metrics)}")
         axes[0].set_title("against epochs")
@@ -240,16 +241,20 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
 
 # ---------------------------------------------------------------------------------------------- attention
 
-def _attention_files(folder: Path) -> list[tuple[str, str, int, Path]]:
-    """(dataset, model, seed, path) of the main runs' maps.
+def _attention_files(results: ResultSet) -> list[tuple[str, str, int, Path]]:
+    """(dataset, model, seed, path) of the attention maps of the main grid's runs.
 
-    Files are named after the run id, ``<dataset>__<model>[__<variant>]__seed<seed>.npz``; maps of study variants
-    (ablation, sweeps) are left out: the figure shows the model as the main grid trained it."""
+    results/README.md names them ``<dataset>__<model>__seed<seed>.npz``; a runner that squeezes the separator
+    writes ``<dataset>_<model>_seed<seed>.npz``. Both are matched against the runs in the results, which also
+    leaves out the maps of study variants (ablation, sweeps): the figure shows the model the main grid trained."""
+    folder = results.folder / "attention"
     found = []
-    for path in sorted((folder / "attention").glob("*.npz")):
-        parts = path.stem.split("__")
-        if len(parts) == 3 and re.fullmatch(r"seed-?\d+", parts[2]):
-            found.append((parts[0], parts[1], int(parts[2][len("seed"):]), path))
+    for dataset, model, seed in sorted({(r.dataset, r.model, r.seed) for r in results.select(study="main")}):
+        for separator in ("__", "_"):
+            path = folder / f"{dataset}{separator}{model}{separator}seed{seed}.npz"
+            if path.is_file():
+                found.append((dataset, model, seed, path))
+                break
     return found
 
 
@@ -259,11 +264,12 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
 
     BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none. With ``user``,
     only maps of that user are drawn; otherwise the lowest seed's map per (dataset, model)."""
-    files = _attention_files(results.folder)
+    files = _attention_files(results)
     if any(model == names.BERT4REC for _, model, _, _ in files):
         files = [f for f in files if f[1] == names.BERT4REC]
     if not files:
-        return Outcome([], ["Attention heat maps skipped: no attention/<dataset>__<model>__seed<seed>.npz."])
+        return Outcome([], ["Attention heat maps skipped: no attention/<dataset>__<model>__seed<seed>.npz of a "
+                            "main-grid run."])
     n_items = {}
     for row in results.rows:
         stats = (row.get("dataset_info") or {}).get("stats") or {}

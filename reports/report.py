@@ -26,11 +26,11 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
     built.append(tables.dataset_table(results))
     for protocol in protocols:
         built.append(tables.main_table(results, protocol, per_user, alpha))
-    if PUBLISHED_PROTOCOL in protocols:
-        built.append(tables.published_table(results, *load_published()))
-    else:
-        notes.append(f"Comparison with the published values skipped: the paper used {PUBLISHED_PROTOCOL} and "
-                     f"this folder has no {PUBLISHED_PROTOCOL} results.")
+    comparison = tables.published_table(results, *load_published()) if PUBLISHED_PROTOCOL in protocols else None
+    built.append(comparison)
+    if comparison is None:
+        notes.append(f"Comparison with the published values skipped: no {PUBLISHED_PROTOCOL} result (the "
+                     f"paper's protocol) of a model and dataset the paper reports.")
     cloze = [tables.cloze_table(results, p) for p in protocols]
     ablation = [tables.ablation_table(results, p) for p in protocols]
     relevance_protocols = sorted(results.values("protocol", results.select(task="relevance")))

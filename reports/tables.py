@@ -193,8 +193,9 @@ def _published_rows(results: ResultSet, entry: Published) -> list[Row]:
             if r.variant is not None and names.canonical_variant(r.variant) == wanted]
 
 
-def published_table(results: ResultSet, published: list[Published], source: str) -> Table:
-    """Our pop100 values beside the paper's, with absolute and relative differences."""
+def published_table(results: ResultSet, published: list[Published], source: str) -> Table | None:
+    """Our pop100 values beside the paper's, with absolute and relative differences; None when no result of
+    ours matches a published value."""
     datasets = names.order_datasets(e.dataset for e in published)
     models = names.order_models(e.model for e in published)
     variants = names.order_variants(e.variant or "" for e in published)
@@ -217,6 +218,8 @@ def published_table(results: ResultSet, published: list[Published], source: str)
                            label(entry.metric), value_cell(summary), Cell(fmt(entry.value), entry.value),
                            Cell(f"{delta:+.4f}", delta),
                            Cell(f"{100 * delta / entry.value:+.1f}%", delta / entry.value)])
+    if not table_rows:
+        return None
     notes = [f"Source: {source}",
              f"Only our {PUBLISHED_PROTOCOL} results are compared (the paper's protocol); Table 2 values against "
              f"the main grid, Table 5 values against the ablation study. Δ = ours − paper; Δ% relative to the "

@@ -343,9 +343,21 @@ def test_command_line_restricts_protocols_and_picks_the_user(tmp_path, capsys):
     assert (tmp_path / "tables" / "table2_full.md").exists()
     assert not (tmp_path / "tables" / "table2_pop100.md").exists()
     report = (tmp_path / "report.md").read_text()
-    assert "no attention file holds user 3" in report and "skipped: the paper used pop100" in report
+    assert "no attention file holds user 3" in report and "Comparison with the published values skipped" in report
     assert cli([str(tmp_path), "--user", "7"]) == 0
     assert (tmp_path / "figures" / "attention_ml-1m_bert4rec.png").exists()
+
+
+def test_attention_maps_of_main_runs_under_either_file_naming(tmp_path):
+    rows = [ranking_row(tmp_path, dataset, "bert4rec", 0) for dataset in ("ml-1m", "beauty")]
+    rows.append(ranking_row(tmp_path, "ml-1m", "bert4rec", 0, study="ablation", variant="w/o PE"))
+    write_results(tmp_path, rows)
+    write_attention(tmp_path, "ml-1m", separator="__")
+    write_attention(tmp_path, "beauty", separator="_", heads=4, length=30)
+    (tmp_path / "attention" / "ml-1m_bert4rec_w_o_PE_seed0.npz").write_bytes(b"ablation map: never read")
+    generate_report(tmp_path)
+    drawn = sorted(p.name for p in (tmp_path / "figures").glob("attention_*.png"))
+    assert drawn == ["attention_beauty_bert4rec.png", "attention_ml-1m_bert4rec.png"]
 
 
 def test_command_line_reports_a_missing_folder(tmp_path, capsys):
