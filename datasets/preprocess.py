@@ -61,21 +61,19 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
         raise DatasetFormatError(interactions.where, None, "at least one interaction", found="none")
     user = pd.factorize(interactions.user, sort=True)[0].astype(np.int64)
     item = pd.factorize(interactions.item, sort=True)[0].astype(np.int64)
-    order = np.lexsort((interactions.time, user))  # lexsort is stable: ties keep file order
-    user, item, line = user[order], item[order], interactions.line[order]
+    row = np.lexsort((interactions.time, user))  # lexsort is stable: ties keep file order
+    user, item = user[row], item[row]
     counts = {"rows": len(user)}
 
-    first = ~pd.Series(user * (int(item.max()) + 1) + item).duplicated(keep="first").to_numpy()
-    user, item, line = user[first], item[first], line[first]
+    user, item, row = _keep(_first_occurrences(user * (int(item.max()) + 1) + item), user, item, row)
     counts["after_duplicates"] = len(user)
-
     if settings.min_item_interactions:
         keep = np.bincount(item)[item] >= settings.min_item_interactions
-        user, item, line = user[keep], item[keep], line[keep]
+        user, item, row = _keep(keep, user, item, row)
     counts["after_item_filter"] = len(user)
     if settings.min_user_interactions:
         keep = np.bincount(user)[user] >= settings.min_user_interactions
-        user, item, line = user[keep], item[keep], line[keep]
+        user, item, row = _keep(keep, user, item, row)
     counts["after_user_filter"] = len(user)
     if not len(user):
         raise DatasetFormatError(interactions.where, None,
@@ -88,7 +86,7 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
     short = np.flatnonzero(lengths < MIN_SPLIT_LENGTH)
     if len(short):
         raise DatasetFormatError(
-            interactions.where, int(line[offsets[short[0]]]),
+            interactions.where, interactions.first_line + int(row[offsets[short[0]]]),
             f"at least {MIN_SPLIT_LENGTH} interactions per user for the leave-one-out split, but the user of "
             f"this line has {lengths[short[0]]} after preprocessing ({len(short)} such user(s)); "
             f"set min_user_interactions >= {MIN_SPLIT_LENGTH} to drop them")
@@ -98,3 +96,17 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
     new_id = np.cumsum(present)  # ids 1..n_items in ascending original order
     record = dict(provenance or {}, preprocessing=settings.describe(), counts=counts)
     return SequenceData(name, new_id[item], offsets, int(new_id[-1]), record)
+
+
+def _first_occurrences(key: np.ndarray) -> np.ndarray:
+    """Mask of the first occurrence of each value of ``key`` (a stable sort; faster than hashing 20m keys)."""
+    by_key = np.argsort(key, kind="stable")
+    sorted_key = key[by_key]
+    first = np.ones(len(key), dtype=bool)
+    first[by_key[1:][sorted_key[1:] == sorted_key[:-1]]] = False
+    return first
+
+
+def _keep(mask: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``arrays`` restricted to ``mask``, without copying when it keeps everything."""
+    return arrays if mask.all() else tuple(array[mask] for array in arrays)

@@ -1,10 +1,10 @@
 """Parsers for the interaction files the suite reads, each in its exact upstream layout.
 
-Every reader returns :class:`Interactions`: one row per rating, review or action, in file order, with the
-1-based line it came from so that problems found after filtering can still point at the file. Text layouts
-are parsed by pandas' C parser in one pass; only when that fails is the file scanned line by line, to say
-exactly which line is wrong and why. Steam reviews are Python literals and are parsed one line at a time
-with ``ast.literal_eval`` (never ``eval``), streaming.
+Every reader returns :class:`Interactions`: one row per rating, review or action, in file order; row ``r``
+comes from line ``first_line + r``, so problems found after filtering can still point at the file. Text
+layouts are parsed by pandas' C parser in one pass; only when that fails is the file scanned line by line,
+to say exactly which line is wrong and why. Steam reviews are Python literals and are parsed one line at a
+time with ``ast.literal_eval`` (never ``eval``), streaming.
 
 Ids are kept as sortable integer keys: the original numeric ids where the file has them, else codes in
 sorted order of the original strings. Preprocessing only sorts, counts and renumbers them.
@@ -40,7 +40,7 @@ class Interactions:
     user: np.ndarray
     item: np.ndarray
     time: np.ndarray  # unix seconds, days for Steam, or the row index where the file has no time
-    line: np.ndarray  # 1-based line number in the file
+    first_line: int  # 1-based line number of row 0; rows are consecutive lines
 
     def __len__(self) -> int:
         return len(self.user)
@@ -163,11 +163,9 @@ def _read_layout(path: Path, member: str | None, where: str, layout: TextLayout)
     if any(frame[name].isna().any() for name, kind in zip(layout.columns, layout.kinds) if kind != "int"):
         raise _first_bad_line(path, member, where, layout, header_lines) or DatasetFormatError(
             where, None, f"lines of {layout.description} with no empty field")
-    n = len(frame)
     time = (frame["timestamp"].to_numpy(np.int64) if "timestamp" in frame
-            else np.arange(n, dtype=np.int64))
-    return Interactions(where, _keys(frame["user"]), _keys(frame["item"]), time,
-                        np.arange(n, dtype=np.int64) + 1 + header_lines)
+            else np.arange(len(frame), dtype=np.int64))
+    return Interactions(where, _keys(frame["user"]), _keys(frame["item"]), time, 1 + header_lines)
 
 
 def _parse_with_pandas(path: Path, member: str | None, layout: TextLayout, header_lines: int) -> pd.DataFrame:
@@ -245,7 +243,7 @@ def _read_steam(path: Path, member: str | None, where: str, progress: bool) -> I
     if not number:
         raise DatasetFormatError(where, None, f"lines of {_STEAM_EXPECTED}", found="an empty file")
     return Interactions(where, _sorted_codes(user_codes, users), _sorted_codes(item_codes, items),
-                        np.frombuffer(days, dtype=np.int64).copy(), np.arange(1, number + 1, dtype=np.int64))
+                        np.frombuffer(days, dtype=np.int64).copy(), 1)
 
 
 def _sorted_codes(codes: dict[str, int], values: array) -> np.ndarray:
