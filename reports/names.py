@@ -103,12 +103,6 @@ def order_metrics(metrics: Iterable[str]) -> list[str]:
     return sorted(set(metrics), key=_metric_key)
 
 
-def metric_cutoff(metric: str) -> int | None:
-    """The k of ``HR@k`` / ``NDCG@k``; None for metrics without a cut-off."""
-    match = re.fullmatch(r"[A-Za-z]+@(\d+)", metric)
-    return int(match.group(1)) if match else None
-
-
 def canonical_variant(label: str) -> str:
     """The paper's spelling of an ablation label, matched case- and space-insensitively."""
     squeezed = label.replace(" ", "").lower()

@@ -25,10 +25,6 @@ class Cell:
     underline: bool = False
     marks: str = ""  # significance marks, placed after the emphasised text
 
-    @property
-    def empty(self) -> bool:
-        return self.value is None and self.text == GAP
-
 
 @dataclass
 class Table:
@@ -51,10 +47,6 @@ class Table:
 
 def _is_label(cell: Cell) -> bool:
     return cell.value is None and cell.text != GAP
-
-
-def text_cell(text: str) -> Cell:
-    return Cell(text=text)
 
 
 def fmt(value: float | None, digits: int = 4) -> str:

@@ -50,8 +50,7 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
 
 
 def _distinct(rows, key: str) -> list[str]:
-    return sorted({json.dumps(r.get(key), sort_keys=True) if isinstance(r.get(key), (dict, list))
-                   else str(r.get(key, "unknown")) for r in rows})
+    return sorted({str(r.get(key, "not recorded")) for r in rows})
 
 
 def _versions(rows) -> list[str]:
@@ -96,9 +95,11 @@ def _provenance(results: ResultSet) -> list[str]:
         lines.append(f"  - {names.dataset_name(dataset)}: sha256 {', '.join(f'`{h}`' for h in hashes)}{warning}"
                      + (f"; provenance `{json.dumps(source, sort_keys=True)}`" if source else ""))
     if results.config is not None:
-        shown = {k: results.config[k] for k in ("profile", "seeds", "protocols", "device", "datasets", "models")
-                 if k in results.config}
-        lines.append(f"- Run configuration (`config.json`): `{json.dumps(shown, sort_keys=True)}`; every model's "
+        config = results.config
+        shown = {k: config[k] for k in ("profile", "protocols", "device", "data_dir", "seeds") if k in config}
+        if isinstance(config.get("jobs"), list):
+            shown["jobs"] = len(config["jobs"])
+        lines.append(f"- Run configuration (`config.json`): `{json.dumps(shown, sort_keys=True)}`; every job's "
                      f"resolved hyper-parameters are in `config.json` and in each row of `results.jsonl`.")
     else:
         lines.append("- No `config.json` in this folder; each row of `results.jsonl` records its own "

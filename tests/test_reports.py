@@ -166,6 +166,17 @@ def test_identical_models_get_no_significance_mark(tmp_path):
     assert all(row["Improv."] == "+0.00%" for row in cells.values())
 
 
+def test_without_bert4rec_the_best_model_is_tested_against_the_runner_up(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", model, seed) for model in ("pop", "gru4rec", "sasrec") for seed in (0, 1)]
+    generate_report(write_results(tmp_path, rows))
+    header, cells = table2_cells(tmp_path)
+    assert "Improv." not in header
+    best = cells[("ML-1m", "NDCG@10")]["SASRec"]  # 60 users, SASRec far ahead of GRU4Rec in the fixture
+    assert best.startswith("**") and best.endswith("**†‡")
+    assert not any(mark in cells[("ML-1m", "NDCG@10")]["GRU4Rec"] for mark in "†‡")
+    assert "between the best model and the runner-up" in (tmp_path / "tables" / "table2_pop100.md").read_text()
+
+
 # ------------------------------------------------------------------------------------- the other tables
 
 def test_published_comparison_shows_the_papers_numbers(fixture_report):
