@@ -72,31 +72,32 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     if source != "auto" and source not in kinds:
         raise ValueError(f"dataset {name!r} has no source {source!r}; choose 'auto' or one of {kinds}")
     sources = [s for s in spec.sources if source in ("auto", s.kind)]
-    roots = [root for root in (resolve_data_dir(data_dir),) if root is not None]
-    located = next(filter(None, (_find(spec, s, roots, cache) for s in sources)), None)
+    root = resolve_data_dir(data_dir)
+    located = next(filter(None, (_find(spec, s, root, cache) for s in sources)), None)
     if located is None:
-        located = _download(spec, sources, roots, cache, download, progress)
+        located = _download(spec, sources, root, cache, download, progress)
     return _prepare_cached(spec, located, cache, progress)
 
 
-def _download_dir(spec: DatasetSpec, source: Source, cache: Path) -> Path:
-    return cache / "downloads" / f"{spec.name}-{source.kind}"
+def _download_path(spec: DatasetSpec, source: Source, cache: Path) -> Path | None:
+    """Where ``source``'s download goes (``None`` when it has no URL); one folder per dataset and kind,
+    because the authors' and GroupLens' ML-20m archives are both called ``ml-20m.zip``."""
+    url = spec.url(source)
+    return cache / "downloads" / f"{spec.name}-{source.kind}" / url.rsplit("/", 1)[-1] if url else None
 
 
-def _candidates(spec: DatasetSpec, source: Source, roots: list[Path], cache: Path) -> list[Path]:
+def _candidates(spec: DatasetSpec, source: Source, root: Path | None, cache: Path) -> list[Path]:
     names = [n for name in source.files
              for n in ((name,) if name.endswith(".zip") else (name, name + ".gz"))]
-    paths = [root / n for root in roots for n in names]
-    url = spec.url(source)
-    if url:
-        paths.append(_download_dir(spec, source, cache) / url.rsplit("/", 1)[-1])
-    return paths
+    paths = [root / name for name in names] if root is not None else []
+    downloaded = _download_path(spec, source, cache)
+    return paths + [downloaded] if downloaded else paths
 
 
-def _find(spec: DatasetSpec, source: Source, roots: list[Path], cache: Path) -> Located | None:
-    """The first of ``source``'s files on disk; a zip must hold the source's member (both ML-20m sources
-    are called ``ml-20m.zip``: the authors' holds a ``.txt``, GroupLens' a ``ratings.csv``)."""
-    for path in _candidates(spec, source, roots, cache):
+def _find(spec: DatasetSpec, source: Source, root: Path | None, cache: Path) -> Located | None:
+    """The first of ``source``'s files on disk; a zip must hold the source's member (the authors' ML-20m
+    zip holds a ``.txt``, GroupLens' a ``ratings.csv``)."""
+    for path in _candidates(spec, source, root, cache):
         if not path.is_file():
             continue
         if path.suffix != ".zip":
@@ -108,15 +109,14 @@ def _find(spec: DatasetSpec, source: Source, roots: list[Path], cache: Path) -> 
     return None
 
 
-def _download(spec: DatasetSpec, sources: list[Source], roots: list[Path], cache: Path, allowed: bool,
+def _download(spec: DatasetSpec, sources: list[Source], root: Path | None, cache: Path, allowed: bool,
               progress: bool) -> Located:
     """Download the first source that can be fetched, or raise :class:`MissingDataError` saying what to do."""
     failures = []
     for source in sources:
-        url = spec.url(source)
+        url, dest = spec.url(source), _download_path(spec, source, cache)
         if not allowed or not url:
             continue
-        dest = _download_dir(spec, source, cache) / url.rsplit("/", 1)[-1]
         try:
             path = fetch(url, dest, sha256=source.sha256, progress=progress)
         except ChecksumError:
@@ -124,18 +124,18 @@ def _download(spec: DatasetSpec, sources: list[Source], roots: list[Path], cache
         except DownloadError as exc:
             failures.append(str(exc))
             continue
-        located = _find(spec, source, [], cache)
+        located = _find(spec, source, None, cache)
         if located is None:
             raise MissingDataError(f"{path} was downloaded from {url} but holds no member matching "
                                    f"{list(source.members)}; the upstream file may have changed")
         return located
-    raise MissingDataError(_missing_message(spec, sources, roots, allowed, failures))
+    raise MissingDataError(_missing_message(spec, sources, root, allowed, failures))
 
 
-def _missing_message(spec: DatasetSpec, sources: list[Source], roots: list[Path], allowed: bool,
+def _missing_message(spec: DatasetSpec, sources: list[Source], root: Path | None, allowed: bool,
                      failures: list[str]) -> str:
-    where = (f"the data directory {roots[0]}" + ("" if roots[0].is_dir() else " (which does not exist)")
-             if roots else "a data directory")
+    where = (f"the data directory {root}" + ("" if root.is_dir() else " (which does not exist)")
+             if root is not None else "a data directory")
     lines = [f"dataset {spec.name!r}: no file found, and "
              + ("downloading failed." if allowed else "downloading is off (download=False)."),
              f"Put one of these files into {where}, chosen with data_dir=..., the --data-dir flag of "
@@ -172,6 +172,9 @@ def _prepare_cached(spec: DatasetSpec, located: Located, cache: Path, progress: 
         "matches_upstream_sha256": (file_sha256 == source.sha256
                                     if source.sha256 and url and path.name == url.rsplit("/", 1)[-1] else None),
     }
+    if provenance["matches_upstream_sha256"] is False:
+        logger.warning("%s differs from the published file (sha256 %s, published %s); using it anyway",
+                       path, file_sha256, source.sha256)
     interactions = read_interactions(path, source.fmt, member, progress=progress)
     data = prepare(interactions, source.preprocessing, spec.name, provenance)
     data.save(cached)

@@ -84,6 +84,7 @@ _KIND_PATTERNS = {
     "float": re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"),
     "str": re.compile(r"\S+"),
 }
+_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
 _PANDAS_DTYPES = {"int": "int64", "float": "float64", "str": "object"}
 
 
@@ -134,9 +135,9 @@ def read_interactions(path: str | Path, fmt: str, member: str | None = None,
         if fmt == STEAM_FORMAT:
             return _read_steam(path, member, where, progress)
         return _read_layout(path, member, where, LAYOUTS[fmt])
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:  # e.g. a .gz that is not gzip, a broken zip
         raise DatasetFormatError(where, None, "a readable file (plain, .gz or zip)", found=str(exc)) from exc
 
 
@@ -156,7 +157,7 @@ def _read_layout(path: Path, member: str | None, where: str, layout: TextLayout)
                                      found="only the header")
     try:
         frame = _parse_with_pandas(path, member, layout, header_lines)
-    except (ValueError, pd.errors.ParserError) as exc:
+    except (ValueError, OverflowError) as exc:  # pandas' ParserError is a ValueError
         raise _first_bad_line(path, member, where, layout, header_lines) or DatasetFormatError(
             where, None, f"lines of {layout.description}", found=str(exc)) from exc
     # Integer columns cannot hold NaN (pandas raised above); a short line or empty field shows up here.
@@ -202,11 +203,17 @@ def _first_bad_line(path: Path, member: str | None, where: str, layout: TextLayo
                 return DatasetFormatError(where, number, f"{len(layout.columns)} fields: {layout.description}",
                                           found=line[:120])
             for field, name, kind in zip(fields, layout.columns, layout.kinds):
-                if not _KIND_PATTERNS[kind].fullmatch(field):
-                    what = "a number" if kind == "float" else "an integer" if kind == "int" else "a non-empty id"
+                if not _valid(field, kind):
+                    what = {"int": "a 64-bit integer", "float": "a number", "str": "a non-empty id"}[kind]
                     return DatasetFormatError(where, number, f"{what} for {name} in {layout.description}",
                                               found=line[:120])
     return None
+
+
+def _valid(field: str, kind: str) -> bool:
+    if not _KIND_PATTERNS[kind].fullmatch(field):
+        return False
+    return kind != "int" or _INT64_MIN <= int(field) <= _INT64_MAX
 
 
 _STEAM_EXPECTED = "a Python-literal dict with string 'username', 'product_id' and 'date' ('YYYY-MM-DD')"

@@ -239,11 +239,12 @@ def test_an_unreadable_cache_file_is_rebuilt(data_dir, cache):
 
 @pytest.mark.parametrize("fmt, name, text, line, expected", [
     ("ml-dat", "ratings.dat", "1::2::5::978300760\n1::3::4::978300761\n1::4::3\n", 3, "4 fields"),
-    ("ml-dat", "ratings.dat", "1::2::5::978300760\n1::x::4::978300761\n", 2, "an integer for item"),
-    ("udata", "u.data", "196\t242\t3\t881250949\nabc\t302\t3\t891717742\n", 2, "an integer for user"),
+    ("ml-dat", "ratings.dat", "1::2::5::978300760\n1::x::4::978300761\n", 2, "integer for item"),
+    ("udata", "u.data", "196\t242\t3\t881250949\nabc\t302\t3\t891717742\n", 2, "integer for user"),
     ("udata", "u.data", "196\t242\t3\t881250949\n186\t302\t3\t891717742\t7\n", 2, "4 fields"),
     ("user-item", "beauty.txt", "1 1\n1 2\n\n1 3\n", 3, "2 fields"),
-    ("user-item", "beauty.txt", "<!DOCTYPE html>\n<html></html>\n", 1, "an integer for user"),
+    ("user-item", "beauty.txt", "<!DOCTYPE html>\n<html></html>\n", 1, "integer for user"),
+    ("user-item", "beauty.txt", "1 1\n1 99999999999999999999\n", 2, "64-bit integer for item"),
     ("ml-csv", "ratings.csv", "userId,movieId,rating,timestamp\n1,2,3.5,1112486027\n1,29,3.5\n", 3,
      "4 fields"),
     ("ml-csv", "ratings.csv", "userId,movieId,rating,timestamp\n1,2,good,1112486027\n", 2, "a number for rating"),
@@ -259,7 +260,8 @@ def test_an_unreadable_cache_file_is_rebuilt(data_dir, cache):
 ])
 def test_bad_lines_are_reported_with_file_and_line(tmp_path, fmt, name, text, line, expected):
     path = write(tmp_path / name, text)
-    with pytest.raises(DatasetFormatError, match=rf"{re.escape(name)}: line {line}: expected .*{expected}") as info:
+    pattern = rf"{re.escape(name)}: line {line}: expected .*{expected}"
+    with pytest.raises(DatasetFormatError, match=pattern) as info:
         read_interactions(path, fmt)
     assert isinstance(info.value, ValueError) and info.value.line == line
 
