@@ -1,8 +1,10 @@
 """Datasets: raw files -> interactions -> filtered, time-ordered sequences -> leave-one-out split.
 
->>> from datasets import load_dataset
+>>> from datasets import LeaveOneOutSplit, load_dataset
 >>> data = load_dataset("ml-1m", data_dir="/path/to/files")   # SequenceData
 >>> split = LeaveOneOutSplit(data)
+
+``python -m datasets --help`` lists every dataset and the files it accepts.
 
 See ``registry.py`` for the datasets and their sources, ``preprocess.py`` for the preprocessing steps,
 ``loader.py`` for file lookup, downloads and caching, ``synthetic.py`` for generated data.

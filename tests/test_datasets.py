@@ -13,6 +13,7 @@ import datasets.loader
 from datasets import (DATASET_NAMES, DatasetFormatError, LeaveOneOutSplit, MissingDataError, Preprocessing,
                       dataset_names, load_dataset, prepare, read_interactions, resolve_cache_dir,
                       resolve_data_dir)
+from datasets.__main__ import main as datasets_cli
 from tests.conftest import SHARED_DATA, requires_shared_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
@@ -97,6 +98,16 @@ def test_environment_data_dir_is_used_by_load_dataset(monkeypatch, data_dir, cac
     stage(data_dir, "steam.txt", "steam.txt")
     monkeypatch.setenv("RECBENCH_DATA_DIR", str(data_dir))
     assert load_dataset("steam", cache_dir=cache, download=False).n_users == 6
+
+
+def test_command_line_lists_files_and_prints_table1(data_dir, cache, capsys):
+    with pytest.raises(SystemExit):
+        datasets_cli(["--help"])
+    assert "[raw] ml-1m.zip (holding ml-1m/ratings.dat) or ml-1m/ratings.dat" in capsys.readouterr().out
+    stage(data_dir, "steam.txt", "steam.txt")
+    datasets_cli(["steam", "synthetic", "--data-dir", str(data_dir), "--cache-dir", str(cache), "--no-download"])
+    out = capsys.readouterr().out
+    assert "| steam | authors | 6 | 12 | 33 | 5.5 |" in out and "| synthetic | synthetic | 1,000 | 500 |" in out
 
 
 # --- upstream formats on invented fixtures -----------------------------------------------------------------
