@@ -37,6 +37,11 @@ class Table:
     notes: list[str] = field(default_factory=list)
     align: str | None = None  # one of "l"/"r"/"c" per column; default: first columns left, numbers right
     breaks: set[int] = field(default_factory=set)
+    paper: str | None = None  # the paper's table this one reproduces, e.g. "Table 2"
+
+    @property
+    def heading(self) -> str:
+        return f"{self.paper}: {self.title}" if self.paper else self.title
 
     def alignment(self) -> str:
         if self.align:
@@ -71,7 +76,7 @@ def to_markdown(table: Table, title: bool = True) -> str:
                     headers=[h.replace("|", "\\|") for h in table.header], tablefmt="github",
                     disable_numparse=True, colalign=[align[a] for a in table.alignment()])
     notes = "".join(f"\n{note}  " for note in table.notes)
-    heading = f"**{table.title}**\n\n" if title else ""
+    heading = f"**{table.heading}**\n\n" if title else ""
     return f"{heading}{body}\n{notes}\n"
 
 
@@ -103,8 +108,10 @@ def _latex_cell(cell: Cell) -> str:
 
 def to_latex(table: Table) -> str:
     """The table as a ``table`` float with a booktabs ``tabular``; needs only ``\\usepackage{booktabs}``."""
+    # LaTeX numbers the float itself, so the paper's table number goes into the caption's text.
+    caption = f"{table.title} (as in the paper's {table.paper})" if table.paper else table.title
     lines = [r"\begin{table}[htbp]", r"\centering",
-             rf"\caption{{{latex_escape(table.title)}}}", rf"\label{{tab:{table.name}}}",
+             rf"\caption{{{latex_escape(caption)}}}", rf"\label{{tab:{table.name}}}",
              # Wide tables (all models, mean ± std) still fit a landscape page at this size.
              r"\small" if len(table.header) <= 8 else r"\scriptsize",
              r"\setlength{\tabcolsep}{4pt}",

@@ -141,7 +141,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
              "Each table as Markdown (below and in `tables/`) and LaTeX (booktabs); `tables/all_tables.tex` "
              "compiles them all.", ""]
     for table in built:
-        lines += [f"### [{table.title}](tables/{table.name}.md) ([LaTeX](tables/{table.name}.tex))", "",
+        lines += [f"### [{table.heading}](tables/{table.name}.md) ([LaTeX](tables/{table.name}.tex))", "",
                   to_markdown(table, title=False), ""]
     lines += ["## Figures", ""]
     for figure in drawn:

@@ -98,10 +98,10 @@ def dataset_table(results: ResultSet) -> Table | None:
                      number(s.get("items"), "{:,}"), number(s.get("actions"), "{:,}"),
                      number(s.get("avg_length"), "{:.1f}"),
                      number(None if density is None else 100 * density, "{:.2f}%")])
-    return Table("table1_datasets", "Table 1: Statistics of the prepared datasets",
+    return Table("table1_datasets", "Statistics of the prepared datasets",
                  ["Dataset", "#users", "#items", "#actions", "Avg. length", "Density"], rows,
                  notes=["Computed on the whole prepared sequences (training, validation and test items); "
-                        "density = actions / (users × items)."])
+                        "density = actions / (users × items)."], paper="Table 1")
 
 
 # ------------------------------------------------------------------------------------------------- Table 2
@@ -178,8 +178,8 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
                  f"user's values are averaged over seeds before pairing.")
     if untested:
         notes.append(f"Not tested (per-user files missing): {', '.join(sorted(untested))}.")
-    return Table(f"table2_{protocol}", f"Table 2: Performance of all models, protocol {protocol}",
-                 header, table_rows, notes=notes, breaks=breaks)
+    return Table(f"table2_{protocol}", f"Performance of all models, protocol {protocol}",
+                 header, table_rows, notes=notes, breaks=breaks, paper="Table 2")
 
 
 # ------------------------------------------------------------------------------------- published comparison
@@ -254,9 +254,9 @@ def cloze_table(results: ResultSet, protocol: str) -> Table | None:
     notes = [_protocol_note(protocol, used), "Bold: best; underlined: second best (per column).",
              "Rows of the Cloze study where present, else the main grid's rows of the same model."]
     notes += _seed_notes([s for summaries in found.values() for s in summaries if s is not None])
-    return Table(f"table3_cloze_{protocol}", f"Table 3: Cloze objective and bidirectionality, protocol {protocol}",
+    return Table(f"table3_cloze_{protocol}", f"Cloze objective and bidirectionality, protocol {protocol}",
                  ["Model", *(f"{names.dataset_name(d)} {m}" for d, m in columns)],
-                 [[label(names.model_name(model)), *grid[model]] for model in models], notes=notes)
+                 [[label(names.model_name(model)), *grid[model]] for model in models], notes=notes, paper="Table 3")
 
 
 # ------------------------------------------------------------------------------------------------- Table 5
@@ -306,8 +306,8 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
         notes.append("Default taken from the main grid for: "
                      + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")
     notes += _seed_notes(summaries)
-    return Table(f"table5_ablation_{protocol}", f"Table 5: Ablation ({metric}), protocol {protocol}",
-                 header, table_rows, notes=notes)
+    return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}",
+                 header, table_rows, notes=notes, paper="Table 5")
 
 
 # ---------------------------------------------------------------------------------------------- relevance
