@@ -72,7 +72,10 @@ class Trainer:
         s = self.settings
         kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
         fused = model.device.type == "cuda"
-        return kind(model.parameters(), lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, fused=fused)
+        # A model may split its parameters into groups with their own settings through an optional
+        # ``parameter_groups()`` (BERT4Rec: no weight decay on biases and LayerNorm, as its official code).
+        groups = model.parameter_groups() if hasattr(model, "parameter_groups") else model.parameters()
+        return kind(groups, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, fused=fused)
 
     def _schedule(self, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
         warmup, linear = self.settings.warmup_steps, self.settings.decay == "linear"

@@ -9,6 +9,10 @@ import importlib
 _REGISTRY = {
     "pop": "models.pop:Pop",
     "bprmf": "models.bprmf:BPRMF",
+    "sasrec": "models.sasrec:SASRec",
+    "sasrec-ce": "models.sasrec:SASRecCE",
+    "bert4rec": "models.bert4rec:BERT4Rec",
+    "bert4rec-1mask": "models.bert4rec:BERT4Rec1Mask",
 }
 
 
