@@ -1,0 +1,263 @@
+"""The shared Transformer encoder and SASRec / SASRec-CE: ablation switches, causality, padding, batching,
+windows, attention maps, and learning a strong item-transition chain better than POP."""
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.evaluator import Evaluator
+from benchmarks.trainer import TrainSettings
+from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
+from models import model_class
+from models.pop import Pop
+from models.sasrec import SASRec, SASRecCE, SASRecConfig
+from models.transformer import sliding_windows, window_matrix
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: one thread is faster, and two threads crawl when another process holds a core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def chain_data(n_users=300, n_items=150, follow=0.85, seed=0) -> SequenceData:
+    """Sequences that mostly follow one fixed successor per item (a random permutation), else jump anywhere:
+    the next item is predictable from the last one, which POP cannot exploit."""
+    rng = np.random.default_rng(seed)
+    successor = rng.permutation(n_items) + 1
+    sequences = []
+    for _ in range(n_users):
+        sequence = [int(rng.integers(1, n_items + 1))]
+        for _ in range(int(rng.integers(6, 25)) - 1):
+            jump = rng.random() >= follow
+            sequence.append(int(rng.integers(1, n_items + 1)) if jump else int(successor[sequence[-1] - 1]))
+        sequences.append(sequence)
+    return SequenceData.from_sequences("chain", sequences, n_items=n_items)
+
+
+def small(model: str, seed: int = 0, **changes):
+    """A small attention model of the registry on 40 items, in eval mode."""
+    torch.manual_seed(seed)
+    cls = model_class(model)
+    base = dict(max_len=12, hidden=16, heads=2, dropout=0.1, attention_dropout=0.1)
+    return cls(10, 40, cls.Config(**{**base, **changes})).eval()
+
+
+def histories(rows, width=12) -> torch.Tensor:
+    """Left-padded (len(rows), width) matrix."""
+    out = torch.zeros(len(rows), width, dtype=torch.long)
+    for r, items in enumerate(rows):
+        out[r, width - len(items):] = torch.tensor(items)
+    return out
+
+
+HISTORIES = histories([[3, 7, 1, 9, 4], [5, 2, 8, 2, 6, 11, 30, 12, 17, 21, 33], [40]])
+USERS = torch.arange(3)
+
+
+def n_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ------------------------------------------------------------------------------------------ ablation switches
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+@pytest.mark.parametrize("switch", ["use_position", "use_ffn", "use_layernorm"])
+def test_switch_removes_parameters_and_changes_outputs(model, switch):
+    default, ablated = small(model), small(model, **{switch: False})
+    assert n_parameters(ablated) < n_parameters(default)
+    kept = {k: v for k, v in default.state_dict().items() if k in ablated.state_dict()}
+    ablated.load_state_dict(kept)  # every remaining weight identical: only the component differs
+    assert not torch.allclose(default.score(USERS, HISTORIES, None), ablated.score(USERS, HISTORIES, None))
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+@pytest.mark.parametrize("changes", [{"use_residual": False}, {"heads": 4}, {"heads": 1}])
+def test_parameter_free_switches_change_outputs(model, changes):
+    default, variant = small(model), small(model, **changes)
+    assert n_parameters(variant) == n_parameters(default)
+    variant.load_state_dict(default.state_dict())
+    assert not torch.allclose(default.score(USERS, HISTORIES, None), variant.score(USERS, HISTORIES, None))
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_layers_switch_adds_blocks(model):
+    one, three = small(model, layers=1), small(model, layers=3)
+    assert len(one.encoder.blocks) == 1 and len(three.encoder.blocks) == 3
+    assert n_parameters(three) > n_parameters(small(model)) > n_parameters(one)
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_without_dropout_training_outputs_are_deterministic(model):
+    def twice(m):
+        m.train()
+        return m.score(USERS, HISTORIES, None), m.score(USERS, HISTORIES, None)
+
+    first, second = twice(small(model))
+    assert not torch.allclose(first, second)  # dropout active
+    first, second = twice(small(model, dropout=0.0, attention_dropout=0.0))
+    assert torch.allclose(first, second)
+
+
+def test_sasrec_is_pre_ln_relu_and_bert4rec_post_ln_gelu():
+    sasrec, bert = small("sasrec").encoder.config, small("bert4rec").encoder.config
+    assert sasrec.causal and sasrec.norm_first and sasrec.activation == "relu"
+    assert not bert.causal and not bert.norm_first and bert.activation == "gelu" and bert.ffn_inner == 64
+
+
+def test_init_is_truncated_normal_with_std_002():
+    weight = small("bert4rec", hidden=64).encoder.blocks[0].ffn.inner.weight
+    assert weight.abs().max() <= 0.04 + 1e-6  # cut at two standard deviations
+    assert 0.015 < weight.std() < 0.02
+
+
+# ------------------------------------------------------------------------------------- attention direction
+def test_sasrec_is_causal():
+    model = small("sasrec")
+    changed = HISTORIES.clone()
+    changed[1, 8:] = torch.tensor([1, 2, 3, 4])  # the items after column 7
+    before, _ = model.encoder(HISTORIES)
+    after, _ = model.encoder(changed)
+    assert torch.allclose(before[1, :8], after[1, :8], atol=1e-6)
+    assert not torch.allclose(before[1, 8:], after[1, 8:])
+
+
+def test_bert4rec_is_bidirectional():
+    model = small("bert4rec")
+    changed = HISTORIES.clone()
+    changed[1, -1] = 39  # only the most recent item
+    before, _ = model.encoder(HISTORIES)
+    after, _ = model.encoder(changed)
+    assert not torch.allclose(before[1, 1:6], after[1, 1:6])  # earlier positions see the later item
+
+
+# ------------------------------------------------------------------------------------ padding and batching
+@pytest.mark.parametrize("model", ["sasrec", "sasrec-ce", "bert4rec", "bert4rec-1mask"])
+def test_padding_never_changes_scores(model):
+    m = small(model)
+    scores = m.score(USERS, HISTORIES, None)
+    wider = torch.cat([torch.zeros(3, 20, dtype=torch.long), HISTORIES], 1)  # more padding on the left
+    assert torch.allclose(m.score(USERS, wider, None), scores, atol=1e-5)
+    with torch.no_grad():
+        m.encoder.item_embedding.weight[0].normal_()  # whatever the padding embedding is
+    assert torch.allclose(m.score(USERS, HISTORIES, None)[:, 1:], scores[:, 1:], atol=1e-5)  # 0: padding
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_batch_of_one_equals_the_same_user_in_a_larger_batch(model):
+    m = small(model)
+    together = m.score(USERS, HISTORIES, None)
+    for row in range(3):
+        alone = m.score(USERS[row:row + 1], HISTORIES[row:row + 1], None)
+        assert torch.allclose(alone[0], together[row], atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_candidate_scores_are_the_full_scores_gathered(model):
+    m = small(model)
+    candidates = torch.tensor([[1, 5, 40], [2, 2, 39], [7, 8, 9]])
+    full = m.score(USERS, HISTORIES, None)
+    assert full.shape == (3, 41)
+    assert torch.allclose(m.score(USERS, HISTORIES, candidates), full.gather(1, candidates), atol=1e-5)
+
+
+def test_history_longer_than_the_model_reads_is_cut_to_the_most_recent_items():
+    m = small("sasrec", max_len=4)
+    long = histories([[1, 2, 3, 4, 5, 6, 7, 8]], width=8)
+    assert torch.allclose(m.score(USERS[:1], long, None), m.score(USERS[:1], long[:, -4:], None))
+
+
+# ------------------------------------------------------------------------------------------ attention maps
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_attention_maps_shape_rows_and_padding(model):
+    m = small(model, layers=3, heads=4)
+    weights = m.attention_maps(USERS[:1], HISTORIES[:1, -(m.history_length):])
+    items = m.attention_items(HISTORIES[:1, -(m.history_length):])[0]
+    T = m.config.max_len
+    assert weights.shape == (3, 4, T, T) and items.shape == (T,)
+    assert torch.allclose(weights.sum(-1), torch.ones(3, 4, T))
+    real = items != 0
+    assert torch.all(weights[..., real, :][..., ~real] == 0)  # real positions never attend to padding
+    if model == "sasrec":
+        assert torch.all(weights.triu(1) == 0)  # nor to the future
+    else:
+        assert items[-1] == m.mask_token
+
+
+# ----------------------------------------------------------------------------------------------- windows
+def test_sliding_windows_follow_the_official_rule():
+    # One history of 7 items, one of 3: windows of 4 with step 2 begin at 3, 1 and 0 (gen_data_fin.py).
+    h = Histories(np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), np.array([0, 7, 10]), np.array([0, 1]))
+    rows, ends = sliding_windows(h, 4, 2)
+    assert rows.tolist() == [0, 0, 0, 1]
+    assert window_matrix(h, rows, ends, 4).tolist() == [[4, 5, 6, 7], [2, 3, 4, 5], [1, 2, 3, 4], [0, 8, 9, 10]]
+    rows, ends = sliding_windows(h, 4, 0)  # step 0: only the most recent window
+    assert window_matrix(h, rows, ends, 4).tolist() == [[4, 5, 6, 7], [0, 8, 9, 10]]
+    rows, ends = sliding_windows(h, 5, 5)  # 7 items, window 5, step 5: begins 2 and 0
+    assert window_matrix(h, rows, ends, 5).tolist() == [[3, 4, 5, 6, 7], [1, 2, 3, 4, 5], [0, 0, 8, 9, 10]]
+
+
+def test_sasrec_examples_are_windows_of_max_len_plus_one():
+    h = Histories(np.arange(1, 11), np.array([0, 10]), np.array([0]))
+    m = small("sasrec", max_len=4, window_step=1.0)
+    examples = m.training_examples(h)
+    assert examples["items"].tolist() == [[6, 7, 8, 9, 10], [2, 3, 4, 5, 6], [1, 2, 3, 4, 5]]
+    assert small("sasrec", max_len=4).training_examples(h)["items"].tolist() == [[6, 7, 8, 9, 10]]
+
+
+# -------------------------------------------------------------------------------------------------- losses
+def test_sasrec_ce_loss_is_the_full_softmax_at_non_padding_positions():
+    m = small("sasrec-ce", dropout=0.0, attention_dropout=0.0)
+    h = Histories(np.array([1, 2, 3, 4, 5, 6, 7, 8]), np.array([0, 5, 8]), np.array([0, 1]))
+    batch = m.training_examples(h)
+    loss = m.loss(batch, torch.Generator().manual_seed(0))
+    inputs, targets = batch["items"][:, :-1], batch["items"][:, 1:]
+    hidden, _ = m.encoder(inputs)
+    logits = hidden @ m.encoder.item_embedding.weight[1:].T
+    expected = torch.nn.functional.cross_entropy(logits[inputs != 0], targets[inputs != 0] - 1)
+    assert torch.allclose(loss, expected, atol=1e-5)
+
+
+def test_sasrec_negatives_avoid_the_users_items(monkeypatch):
+    from models import sasrec as module
+
+    drawn = []
+
+    def recording(*args, **kwargs):
+        drawn.append(module_uniform(*args, **kwargs))
+        return drawn[-1]
+
+    module_uniform = module.uniform_negatives
+    monkeypatch.setattr(module, "uniform_negatives", recording)
+    m = small("sasrec")
+    h = Histories(np.arange(1, 14), np.array([0, 13]), np.array([0]))  # the user has items 1..13 of 40
+    m.loss(m.training_examples(h), torch.Generator().manual_seed(0))
+    assert len(drawn[0]) == 12 and torch.all(drawn[0] > 13)  # one per input position (12, none padding)
+
+
+# ---------------------------------------------------------------------------------- learning a chain fast
+@pytest.fixture(scope="module")
+def chain():
+    data = chain_data()
+    split = LeaveOneOutSplit(data)
+    evaluator = Evaluator(split, seed=0)
+    pop = Pop(data.n_users, data.n_items)
+    pop.fit(split.train())
+    return data, split, evaluator, evaluator.evaluate(pop, "test", "pop100").metrics["NDCG@10"]
+
+
+def fit_and_score(model, chain, settings) -> float:
+    data, split, evaluator, _ = chain
+    model.fit(split.train(), None, settings)
+    return evaluator.evaluate(model, "test", "pop100").metrics["NDCG@10"]
+
+
+@pytest.mark.parametrize("cls", [SASRec, SASRecCE])
+def test_sasrec_learns_the_chain_far_better_than_pop(cls, chain):
+    data = chain[0]
+    torch.manual_seed(0)
+    model = cls(data.n_users, data.n_items, SASRecConfig(max_len=20, hidden=32, dropout=0.1, attention_dropout=0.1))
+    ndcg = fit_and_score(model, chain, TrainSettings(lr=5e-3, batch_size=64, max_epochs=8, progress=False,
+                                                     betas=(0.9, 0.98)))
+    assert ndcg > chain[3] + 0.3, (cls.name, ndcg, chain[3])
