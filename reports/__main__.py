@@ -15,8 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results_dir", type=Path, help="a folder holding results.jsonl, e.g. results/<name>")
     parser.add_argument("--protocols", nargs="+", metavar="PROTOCOL",
                         help="ranking protocols to report (full, pop100, uni100); default: all present")
-    parser.add_argument("--user", type=int, help="user row whose attention maps are drawn; default: the "
-                                                 "user stored in each attention file")
+    parser.add_argument("--user", type=int,
+                        help="draw only the attention maps stored for this user row (each attention file holds "
+                             "one user); default: every main run's map")
     parser.add_argument("--alpha", type=float, default=0.01,
                         help="significance threshold of the paired tests (default: 0.01)")
     args = parser.parse_args(argv)
