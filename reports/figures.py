@@ -75,16 +75,16 @@ def _save(fig, folder: Path, name: str, caption: str) -> Figure:
     for suffix in ("png", "pdf"):
         path = folder / f"{name}.{suffix}"
         tmp = folder / f".{name}.{os.getpid()}.tmp.{suffix}"
-        fig.savefig(tmp, format=suffix, dpi=150, bbox_inches="tight")
+        fig.savefig(tmp, format=suffix, dpi=150)
         os.replace(tmp, path)
         paths.append(path)
     plt.close(fig)
     return Figure(name, caption, tuple(paths))
 
 
-def _legend_right(fig, handles, labels, title: str | None = None, y: float = 0.5) -> None:
-    """A legend beside the axes, never over the data."""
-    fig.legend(handles, labels, title=title, loc="center left", bbox_to_anchor=(1.0, y), frameon=False)
+def _legend_right(fig, handles, labels, title: str | None = None, where: str = "center") -> None:
+    """A legend in its own space right of the axes (constrained layout makes room), never over the data."""
+    fig.legend(handles, labels, title=title, loc=f"outside right {where}", frameon=False)
 
 
 def _numeric(values) -> bool:
@@ -104,7 +104,9 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
         datasets = names.order_datasets({r.dataset for r in found})
         models = names.order_models({r.model for r in found})
         fig, axes = plt.subplots(len(SENSITIVITY_METRICS), len(datasets), squeeze=False, sharex="col",
-                                 figsize=(4.2 * len(datasets) + 0.5, 3.2 * len(SENSITIVITY_METRICS)))
+                                 layout="constrained",
+                                 # wide enough for the title and the legend even with a single dataset
+                                 figsize=(max(4.2 * len(datasets) + 2.0, 8.5), 3.2 * len(SENSITIVITY_METRICS)))
         categorical = not _numeric({r.sweep_value for r in found})
         for col, dataset in enumerate(datasets):
             for row_index, metric in enumerate(SENSITIVITY_METRICS):
@@ -137,7 +139,6 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
         handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
         _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
         fig.suptitle(f"Sensitivity to {names.sweep_label(param)}, protocol {protocol}")
-        fig.tight_layout()
         figures.append(_save(fig, folder, f"sensitivity_{_slug(param)}_{protocol}",
                              f"{', '.join(SENSITIVITY_METRICS)} against {names.sweep_label(param)} per dataset "
                              f"(protocol {protocol}; band: ± std over seeds)."))
@@ -174,7 +175,7 @@ def curve_figures(results: ResultSet, folder: Path) -> Outcome:
         models = names.order_models({m for _, m, _ in chosen})
         metrics = sorted({str(row.get("valid_metric", _valid_key(row)[len("valid_"):]))
                           for row in chosen.values()})
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
         for (_, model, seed), row in sorted(chosen.items(), key=lambda item: (models.index(item[0][1]),
                                                                               item[0][2])):
             key = _valid_key(row)
@@ -192,7 +193,6 @@ def curve_figures(results: ResultSet, folder: Path) -> Outcome:
         handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
         _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
         fig.suptitle(f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)")
-        fig.tight_layout()
         figures.append(_save(fig, folder, f"curves_{_slug(dataset)}",
                              f"Validation {' / '.join(metrics)} during training on "
                              f"{names.dataset_name(dataset)}, against epochs and seconds."))
@@ -217,10 +217,11 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
         seconds = {key: float(np.mean([r.get("train_seconds") for r in found])) for key, found in cells.items()}
         # Untrained models (POP) take 0 s, which a log axis cannot show: they sit at a floor named in the label.
         floor = min([s for s in seconds.values() if s > 0], default=1.0) / 10
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
         for (model, dataset), found in cells.items():
             ax.scatter(max(seconds[(model, dataset)], floor), summarize(found, metric).mean, s=70,
-                       color=style[model][0], marker=dataset_marker[dataset], edgecolor="black", linewidth=0.5)
+                       color=style[model][0], marker=dataset_marker[dataset], edgecolor="black", linewidth=0.5,
+                       alpha=0.85)  # points of two datasets may overlap
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 1, 10, 100 s, not 10^k
         ax.set_xlabel(f"training time (s, log scale; 0 s shown at {floor:.3g} s)")
@@ -229,10 +230,10 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
         models = names.order_models({m for m, _ in cells})
         model_handles = [Line2D([], [], color=style[m][0], marker="o", linestyle="") for m in models]
         data_handles = [Line2D([], [], color="grey", marker=dataset_marker[d], linestyle="") for d in datasets]
-        _legend_right(fig, model_handles, [names.model_name(m) for m in models], title="model (colour)", y=0.65)
+        _legend_right(fig, model_handles, [names.model_name(m) for m in models], title="model (colour)",
+                      where="upper")
         _legend_right(fig, data_handles, [names.dataset_name(d) for d in datasets], title="dataset (marker)",
-                      y=0.15)
-        fig.tight_layout()
+                      where="lower")
         figures.append(_save(fig, folder, f"quality_vs_time_{protocol}",
                              f"Test {metric} against training seconds, one point per model and dataset "
                              f"(protocol {protocol}, mean over seeds)."))
@@ -319,7 +320,6 @@ def _attention_figure(folder, dataset, model, seed, user, weights, items, layer,
               for i, item in enumerate(items[keep])]
     columns = min(heads, 4)
     grid_rows = -(-heads // columns)
-    # Constrained layout keeps the colour bar and the shared labels clear of the maps.
     fig, axes = plt.subplots(grid_rows, columns, squeeze=False, layout="constrained",
                              figsize=(3.6 * columns + 1.4, 3.6 * grid_rows + 0.6))
     ticks = _position_ticks(len(keep))
@@ -367,7 +367,8 @@ def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outco
         datasets = names.order_datasets({r.dataset for r in rows})
         models = names.order_models({r.model for r in rows})
         cells = group(rows, "dataset", "model")
-        fig, axes = plt.subplots(len(datasets), 1, squeeze=False, figsize=(11, 3.4 * len(datasets)))
+        fig, axes = plt.subplots(len(datasets), 1, squeeze=False, figsize=(11, 3.4 * len(datasets)),
+                                 layout="constrained")
         width = 0.8 / len(models)
         for ax, dataset in zip(axes[:, 0], datasets):
             metrics = names.order_metrics(m for r in rows if r.dataset == dataset for m in r.metrics)
@@ -382,9 +383,8 @@ def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outco
             ax.set_title(names.dataset_name(dataset))
         axes[-1, 0].set_xlabel("metric (test split)")
         handles, labels = axes[0, 0].get_legend_handles_labels()
-        _legend_right(fig, handles, labels, title="model", y=1 - 0.5 / len(datasets))
+        _legend_right(fig, handles, labels, title="model", where="upper")
         fig.suptitle(f"Table 2 as bars, protocol {protocol} (error bars: std over seeds)")
-        fig.tight_layout()
         figures.append(_save(fig, folder, f"bars_{protocol}",
                              f"Table 2 ({protocol}) as grouped bars per dataset; error bars: std over seeds."))
     return Outcome(figures, notes)
