@@ -195,12 +195,14 @@ def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "s
     commit, versions = git_commit(), library_versions()
     written, started = [], time.perf_counter()
     datasets = {name: (data, LeaveOneOutSplit(data)) for name, data in (preloaded or {}).items()}
+    finished_runs = 0
     for number, job in enumerate(jobs, start=1):
-        elapsed = time.perf_counter() - started
-        eta = f", about {elapsed / (number - 1) * (len(jobs) - number + 1) / 60:.1f} min left" if number > 1 else ""
         if resume and store.done(job.run_id, protocols):
             log(f"[{number}/{len(jobs)}] {job.run_id}: already in results.jsonl, skipped")
             continue
+        left = sum(not (resume and store.done(j.run_id, protocols)) for j in jobs[number - 1:])
+        elapsed = time.perf_counter() - started
+        eta = f", about {elapsed / finished_runs * left / 60:.1f} min left" if finished_runs else ""
         log(f"[{number}/{len(jobs)}] {job.run_id}{eta}")
         if job.dataset not in datasets:
             data = load_dataset(job.dataset, data_dir=data_dir, cache_dir=cache, progress=progress)
@@ -216,6 +218,7 @@ def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "s
         for row in rows:
             store.append(row)
         written.extend(rows)
+        finished_runs += 1
     return written
 
 
