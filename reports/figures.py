@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +48,12 @@ class Outcome:
     notes: list[str]
 
 
-def _theme() -> None:
-    sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
+@contextmanager
+def house_style():
+    """The figures' look (light grid, readable fonts), applied only while drawing: the caller's own
+    matplotlib settings stay untouched."""
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
+        yield
 
 
 # Fixed colours: the two models the paper contrasts get the strongest hues, their variants the light shades.
@@ -224,7 +229,8 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
                        alpha=0.85)  # points of two datasets may overlap
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 1, 10, 100 s, not 10^k
-        ax.set_xlabel(f"training time (s, log scale; 0 s shown at {floor:.3g} s)")
+        untrained = f"; 0 s shown at {floor:.3g} s" if any(s == 0 for s in seconds.values()) else ""
+        ax.set_xlabel(f"training time (s, log scale{untrained})")
         ax.set_ylabel(f"test {metric} ({protocol})")
         ax.set_title(f"Test {metric} against training time, protocol {protocol}")
         models = names.order_models({m for m, _ in cells})

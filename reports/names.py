@@ -44,6 +44,7 @@ ABLATION_VARIANTS = ("default", "w/o PE", "w/o PFFN", "w/o LN", "w/o RC", "w/o D
 # Axis labels with units for the sensitivity sweeps (paper Figs. 3-5); unknown parameters use their own name.
 SWEEP_PARAMS = {
     "hidden": "hidden size d (dimensions)",
+    "mask_proportion": "mask proportion ρ (fraction of items)",
     "mask_prob": "mask proportion ρ (fraction of items)",
     "max_len": "maximum sequence length N (items)",
 }

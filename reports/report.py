@@ -24,8 +24,10 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
     built, notes = [], []
     per_user = PerUser(results.folder)
     built.append(tables.dataset_table(results))
-    for protocol in protocols:
-        built.append(tables.main_table(results, protocol, per_user, alpha))
+    main = [tables.main_table(results, protocol, per_user, alpha) for protocol in protocols]
+    built += main
+    if not any(main):
+        notes.append("Table 2 skipped: no main-grid ranking results (study == \"main\").")
     comparison = tables.published_table(results, *load_published()) if PUBLISHED_PROTOCOL in protocols else None
     built.append(comparison)
     if comparison is None:
@@ -129,10 +131,11 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
         write_table(table, table_dir)
     write_atomic(table_dir / "all_tables.tex", latex_document([t.name for t in built]))
 
-    outcomes = [figures.sensitivity_figures(results, figure_dir), figures.curve_figures(results, figure_dir),
-                figures.quality_time_figures(results, figure_dir),
-                figures.attention_figures(results, figure_dir, user=user),
-                figures.bar_figures(results, figure_dir, present)]
+    with figures.house_style():
+        outcomes = [figures.sensitivity_figures(results, figure_dir), figures.curve_figures(results, figure_dir),
+                    figures.quality_time_figures(results, figure_dir),
+                    figures.attention_figures(results, figure_dir, user=user),
+                    figures.bar_figures(results, figure_dir, present)]
     drawn = [f for outcome in outcomes for f in outcome.figures]
     notes += [note for outcome in outcomes for note in outcome.notes]
 
