@@ -114,8 +114,8 @@ class SequenceData:
     @classmethod
     def load(cls, path: Path) -> "SequenceData":
         with np.load(path, allow_pickle=False) as f:
-            return cls(str(f["name"]), f["items"].astype(np.int64), f["offsets"].astype(np.int64),
-                       int(f["n_items"]), json.loads(str(f["provenance"])))
+            items, offsets = (f[key].astype(np.int64, copy=False) for key in ("items", "offsets"))
+            return cls(str(f["name"]), items, offsets, int(f["n_items"]), json.loads(str(f["provenance"])))
 
 
 @dataclass(frozen=True)
