@@ -1,4 +1,5 @@
-"""Negative sampling on the device, shared by the models trained with sampled negatives."""
+"""Random draws on the device from the trainer's generator, shared by the models: sampled negatives and
+dropout masks (so that a seed, and a checkpoint's generator state, fix every draw of a training run)."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,3 +48,23 @@ def uniform_negatives(n_items: int, shape: tuple, generator: torch.Generator, de
         redraw = torch.randint(1, n_items + 1, shape, generator=generator, device=device)
         negatives = torch.where(clash, redraw, negatives)
     return negatives
+
+
+def popularity_negatives(weights: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
+    """``n`` item ids drawn with replacement with probability ∝ ``weights`` (indexed by item id, 0 = padding).
+
+    Callers pass e.g. training interaction counts raised to a power (GRU4Rec+'s ``supp^α``).
+    """
+    return torch.multinomial(weights, n, replacement=True, generator=generator)
+
+
+def dropout(x: torch.Tensor, p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Inverted dropout whose mask comes from ``generator``; identity when ``generator`` is None (scoring).
+
+    ``torch.nn.Dropout`` draws from the global RNG, which the trainer's checkpoint does not hold, so a resumed
+    run would not repeat the interrupted one.
+    """
+    if generator is None or p == 0.0:
+        return x
+    keep = torch.rand(x.shape, generator=generator, device=x.device) >= p
+    return x * keep / (1.0 - p)
