@@ -13,6 +13,12 @@ _REGISTRY = {
     "sasrec-ce": "models.sasrec:SASRecCE",
     "bert4rec": "models.bert4rec:BERT4Rec",
     "bert4rec-1mask": "models.bert4rec:BERT4Rec1Mask",
+    "ncf": "models.ncf:NCF",
+    "fpmc": "models.fpmc:FPMC",
+    "gru4rec": "models.gru4rec:GRU4Rec",
+    "gru4rec+": "models.gru4rec_plus:GRU4RecPlus",
+    "caser": "models.caser:Caser",
+    "lstm": "models.lstm:LSTM",
 }
 
 
