@@ -1,0 +1,295 @@
+"""The non-Transformer baselines (NCF, FPMC, GRU4Rec, GRU4Rec+, Caser, LSTM) behind the common interface.
+
+Each model is trained once, briefly and on CPU, on a small synthetic dataset with strong sequential structure
+(:func:`chain_data`: a fixed successor per item, plus Zipf popularity), then checked: it beats POP through the shared
+evaluator; candidate scores equal gathered full scores; a batch of one equals the same user in a batch;
+extra left padding changes nothing; causal models' training outputs at step t equal scoring the prefix ending
+at t; the test target never reaches the training examples; every training draw comes from the trainer's
+generator; an interrupted run resumes to the identical result.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.config import resolve
+from benchmarks.evaluator import Evaluator
+from benchmarks.trainer import TrainSettings
+from datasets.sequences import PAD, Histories, LeaveOneOutSplit, SequenceData
+from models import model_class, model_names
+from models.caser import caser_windows
+from models.recurrent import right_align, sequence_windows
+
+BASELINES = ("ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "lstm")
+RECURRENT = ("gru4rec", "gru4rec+", "lstm")
+
+# Small networks and short training: enough to learn the chain on 2 CPU cores in a few seconds each.
+SMALL = {
+    "ncf": (dict(factors=16, mlp_layers=(64, 32, 16)), dict(lr=5e-3, batch_size=512, max_epochs=30)),
+    "fpmc": (dict(hidden=32), dict(lr=1e-2, batch_size=512, max_epochs=15)),
+    "gru4rec": (dict(hidden=32, max_len=30), dict(lr=1e-2, batch_size=32, max_epochs=15)),
+    "gru4rec+": (dict(hidden=32, max_len=30, n_sample=128), dict(lr=1e-2, batch_size=32, max_epochs=15)),
+    "caser": (dict(hidden=32), dict(lr=1e-2, batch_size=512, max_epochs=15)),
+    "lstm": (dict(hidden=32, max_len=30), dict(lr=1e-2, batch_size=32, max_epochs=15)),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """These networks are tiny: intra-op threads only add overhead, and on a shared CPU they spin against each
+    other (several times slower). Restored after this module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(name: str, data: SequenceData, seed: int = 0, **changes):
+    cls = model_class(name)
+    torch.manual_seed(seed)
+    return cls(data.n_users, data.n_items, cls.Config(**{**SMALL[name][0], **changes}))
+
+
+def settings(name: str, **changes) -> TrainSettings:
+    return TrainSettings(**{**SMALL[name][1], "progress": False, "seed": 0, **changes})
+
+
+def chain_data(n_users: int = 300, n_items: int = 200, length: int = 20, follow: float = 0.85,
+               seed: int = 0, name: str = "chain") -> SequenceData:
+    """Each item has one successor (a fixed random permutation); a user starts at a popular item and then, at
+    every step, moves to the successor with probability ``follow`` or jumps to an item drawn by Zipf popularity.
+    So the next item is predictable from the last one, a user's items cluster along the chain (signal for
+    collaborative filtering), and POP is a fair but weak baseline."""
+    rng = np.random.default_rng(seed)
+    popularity = rng.permutation(1.0 / np.arange(1, n_items + 1))
+    popularity /= popularity.sum()
+    successor = rng.permutation(n_items) + 1  # successor[i - 1] follows item i
+    lengths = rng.integers(length - 5, length + 6, size=n_users)
+    walks = np.zeros((n_users, lengths.max()), dtype=np.int64)
+    walks[:, 0] = rng.choice(n_items, size=n_users, p=popularity) + 1
+    for t in range(1, lengths.max()):
+        jump = rng.choice(n_items, size=n_users, p=popularity) + 1
+        walks[:, t] = np.where(rng.random(n_users) < follow, successor[walks[:, t - 1] - 1], jump)
+    return SequenceData.from_sequences(name, [walk[:n] for walk, n in zip(walks, lengths)], n_items=n_items)
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return LeaveOneOutSplit(chain_data())
+
+
+@pytest.fixture(scope="module")
+def evaluator(chain):
+    return Evaluator(chain, seed=0)
+
+
+@pytest.fixture(scope="module")
+def trained(chain):
+    models = {}
+    for name in BASELINES:
+        model = build(name, chain.data)
+        model.fit(chain.train(), None, settings(name))
+        model.eval()
+        models[name] = model
+    return models
+
+
+@pytest.fixture(scope="module")
+def test_batch(chain):
+    view = chain.test()
+    rows = np.arange(0, len(view), 7)  # 43 users, histories of every length
+    return view, rows
+
+
+def inputs(model, view, rows, width=None):
+    width = width or max(model.history_length, 1)
+    return torch.from_numpy(view.users[rows]), torch.from_numpy(view.padded(rows, width))
+
+
+def test_registered():
+    assert set(BASELINES) <= set(model_names())
+    for name in BASELINES:
+        assert model_class(name).name == name
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_beats_pop_on_the_test_split(name, chain, evaluator, trained):
+    pop = model_class("pop")(chain.data.n_users, chain.n_items)
+    pop.fit(chain.train())
+    baseline = evaluator.evaluate(pop, "test", "full").metrics["NDCG@10"]
+    ndcg = evaluator.evaluate(trained[name], "test", "full", name).metrics["NDCG@10"]
+    assert ndcg > 1.25 * baseline, f"{name}: NDCG@10 {ndcg:.4f} vs POP {baseline:.4f}"
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_candidate_scores_equal_gathered_full_scores(name, trained, test_batch):
+    model, (view, rows) = trained[name], test_batch
+    users, histories = inputs(model, view, rows)
+    candidates = torch.from_numpy(np.random.default_rng(0).integers(1, view.items.max() + 1, (len(rows), 30)))
+    with torch.inference_mode():
+        full = model.score(users, histories, None)
+        some = model.score(users, histories, candidates)
+    assert full.shape == (len(rows), model.n_items + 1)
+    torch.testing.assert_close(some, full.gather(1, candidates), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_batch_of_one_equals_the_same_user_in_a_batch(name, trained, test_batch):
+    model, (view, rows) = trained[name], test_batch
+    users, histories = inputs(model, view, rows)
+    with torch.inference_mode():
+        together = model.score(users, histories, None)
+        for i in (0, 5, len(rows) - 1):
+            alone = model.score(users[i:i + 1], histories[i:i + 1], None)
+            torch.testing.assert_close(alone[0], together[i], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_more_left_padding_changes_nothing(name, trained, test_batch):
+    model, (view, rows) = trained[name], test_batch
+    users, histories = inputs(model, view, rows)
+    wider = torch.cat([torch.full((len(rows), 9), PAD), histories], 1)
+    with torch.inference_mode():
+        torch.testing.assert_close(model.score(users, wider, None), model.score(users, histories, None),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_training_outputs_at_step_t_equal_scoring_the_prefix(name, trained, chain):
+    """Causality: the user vector a window trains at position t is the one scoring the history up to t, and
+    items after t never change it."""
+    model = trained[name]
+    t = 4
+    windows = torch.from_numpy(sequence_windows(chain.train(), model.config.max_len))
+    sequences = windows[(windows != PAD).sum(1) > t + 1][:12, :-1]  # windows with real items past step t
+    altered = sequences.clone()
+    altered[:, t + 1:] = torch.where(altered[:, t + 1:] != PAD, altered[:, t + 1:] % model.n_items + 1, PAD)
+    with torch.inference_mode():
+        states = model.encode(sequences, None)
+        torch.testing.assert_close(model.encode(altered, None)[:, :t + 1], states[:, :t + 1])
+        prefix = torch.cat([torch.full((len(sequences), 20), PAD), sequences[:, :t + 1]], 1)  # left-padded
+        scored = model.score(torch.zeros(len(sequences), dtype=torch.long), prefix, None)
+        torch.testing.assert_close(scored, model.item_scores(states[:, t]), rtol=1e-5, atol=1e-5)
+
+
+def test_history_models_read_only_their_window(trained, test_batch):
+    """FPMC reads the last item, Caser the last L, NCF none: older items never change their scores."""
+    view, rows = test_batch
+    for name, reads in (("fpmc", 1), ("caser", trained["caser"].config.L), ("ncf", 0)):
+        model = trained[name]
+        users, histories = inputs(model, view, rows, width=12)
+        older = histories.clone()
+        older[:, :12 - reads] = torch.where(older[:, :12 - reads] != PAD, 1, PAD)
+        with torch.inference_mode():
+            torch.testing.assert_close(model.score(users, older, None), model.score(users, histories, None))
+
+
+def tiny_histories(sequences) -> Histories:
+    lengths = np.array([len(s) for s in sequences])
+    offsets = np.r_[0, np.cumsum(lengths)]
+    return Histories(np.concatenate(sequences).astype(np.int64), offsets, np.arange(len(sequences)))
+
+
+def test_training_windows_predict_each_next_item_once_from_its_past():
+    train = tiny_histories([np.arange(1, 12), np.array([20, 21]), np.array([30])])
+    windows = sequence_windows(train, max_len=4)
+    pairs = sorted((int(a), int(b)) for w in windows for a, b in zip(w[:-1], w[1:]) if b != PAD)
+    assert pairs == [(i, i + 1) for i in range(1, 11)] + [(20, 21)]  # every next item once, after its predecessor
+    assert all((w[np.flatnonzero(w == PAD)[0]:] == PAD).all() for w in windows if (w == PAD).any())  # right-padded
+
+    users, recent, targets = caser_windows(train, L=3, T=2)
+    for user, before, after in zip(users, recent, targets):
+        sequence = list(train.items[train.offsets[user]:train.offsets[user + 1]])
+        start = sequence.index(after[0])
+        assert list(after) == sequence[start:start + 2]
+        assert list(before) == [PAD] * max(0, 3 - start) + sequence[max(0, start - 3):start]
+    assert len(users) == 10 + 1  # user 0: positions 0..9 start a window of 2 targets; user 1: one; user 2: none
+
+
+def test_right_align_moves_left_padding_behind():
+    left = torch.tensor([[0, 0, 5, 6], [1, 2, 3, 4], [0, 0, 0, 0]])
+    right, lengths = right_align(left)
+    assert right.tolist() == [[5, 6, 0, 0], [1, 2, 3, 4], [0, 0, 0, 0]]
+    assert lengths.tolist() == [2, 4, 0]
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_training_examples_never_hold_the_test_target(name):
+    """Every user's test item is the same id, used nowhere else: it must be absent from what the model trains
+    on (item ids exceed user ids here, so no user column can match it by chance)."""
+    rng = np.random.default_rng(1)
+    sentinel = 90
+    sequences = [list(rng.choice(np.arange(1, sentinel), size=int(rng.integers(6, 12)), replace=False)) + [sentinel]
+                 for _ in range(40)]
+    split = LeaveOneOutSplit(SequenceData.from_sequences("sentinel", sequences, n_items=sentinel))
+    model = build(name, split.data)
+    examples = model.training_examples(split.train())
+    for key, tensor in examples.items():
+        assert not (tensor == sentinel).any(), f"{name}: the test item appears in training examples[{key!r}]"
+    for key, buffer in model.named_buffers():  # e.g. GRU4Rec+'s sampling weights from training counts
+        assert buffer[sentinel] == 0, f"{name}: buffer {key!r} knows the test item"
+    assert (split.test().targets == sentinel).all()
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_every_training_draw_comes_from_the_trainers_generator(name, chain):
+    model = build(name, chain.data)  # with its default dropout, where it has one
+    examples = model.training_examples(chain.train())
+    batch = {key: value[:64] for key, value in examples.items()}
+    model.train()
+    losses = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)  # must not matter
+        losses.append(model.loss(batch, torch.Generator().manual_seed(7)))
+    assert torch.equal(losses[0], losses[1])
+    assert not torch.equal(losses[0], model.loss(batch, torch.Generator().manual_seed(8)))
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_interrupted_training_resumes_to_the_same_weights(name, tmp_path):
+    split = LeaveOneOutSplit(chain_data(n_users=40, n_items=60, length=10, seed=3, name="tiny"))
+    quick = dict(max_epochs=4, batch_size=64)
+    reference = build(name, split.data)
+    reference.fit(split.train(), None, settings(name, **quick))
+
+    checkpoint = tmp_path / "run.pt"
+    calls = {"n": 0}
+
+    def crash_at_third_validation(model):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return {"NDCG@10": 0.0}
+
+    interrupted = build(name, split.data)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit(split.train(), crash_at_third_validation, settings(name, checkpoint=str(checkpoint), **quick))
+    resumed = build(name, split.data, seed=99)  # a different init: everything must come from the checkpoint
+    report = resumed.fit(split.train(), None, settings(name, checkpoint=str(checkpoint), **quick))
+    assert report["epochs_run"] == 4
+    for (key, expected), actual in zip(reference.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(expected, actual), f"{name}: {key} differs after resuming"
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_smoke_profile_resolves_and_trains(name, tmp_path):
+    config = resolve(name, "synthetic", "smoke")
+    data = chain_data(n_users=60, n_items=80, length=12, seed=4, name="synthetic")
+    split = LeaveOneOutSplit(data)
+    model = model_class(name)(data.n_users, data.n_items, config.model)
+    report = model.fit(split.train(), None, dataclasses.replace(config.train, max_epochs=1, progress=False))
+    assert report["epochs_run"] == 1
+    for paper in ("ml-1m", "beauty"):
+        resolve(name, paper, "paper")  # every dataset's paper profile is valid
+
+
+def test_bad_configurations_are_explained(chain):
+    with pytest.raises(ValueError, match="loss must be one of"):
+        build("gru4rec", chain.data, loss="cross-entropy")
+    with pytest.raises(ValueError, match="loss must be one of"):
+        build("gru4rec+", chain.data, loss="top1")
+    with pytest.raises(ValueError, match="max_len must be >= 1"):
+        build("lstm", chain.data, max_len=0)
+    with pytest.raises(ValueError, match="first width is even"):
+        build("ncf", chain.data, mlp_layers=(33, 16))
