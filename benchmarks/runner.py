@@ -52,7 +52,7 @@ class Job:
 
     @property
     def file_stem(self) -> str:
-        return re.sub(r"[^A-Za-z0-9.=+-]+", "_", self.run_id.replace("/", "__"))
+        return re.sub(r"[^A-Za-z0-9_.=+-]+", "-", self.run_id.replace("/", "__"))
 
 
 # ---------------------------------------------------------------------------------------------- provenance
