@@ -45,14 +45,17 @@ class Job:
     sweep: dict | None = field(default=None, hash=False)  # {"param": ..., "value": ...} for sensitivity
     overrides: tuple = ()  # "field=value" strings applied after the profile
 
+    def _parts(self) -> list[str]:
+        return [self.dataset, self.model] + ([self.variant] if self.variant else []) + [f"seed{self.seed}"]
+
     @property
     def run_id(self) -> str:
-        parts = [self.dataset, self.model] + ([self.variant] if self.variant else []) + [f"seed{self.seed}"]
-        return "/".join(parts)
+        return "/".join(self._parts())
 
     @property
     def file_stem(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_.=+-]+", "-", self.run_id.replace("/", "__"))
+        """``run_id`` as a file name: parts joined by ``__``, other characters than [A-Za-z0-9_.=+-] as ``-``."""
+        return "__".join(re.sub(r"[^A-Za-z0-9_.=+-]+", "-", part) for part in self._parts())
 
 
 # ---------------------------------------------------------------------------------------------- provenance
