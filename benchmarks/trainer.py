@@ -157,8 +157,8 @@ class Trainer:
             state["train_seconds"] = time.perf_counter() - started
             state["finished"] = last_epoch or state["bad_validations"] >= s.patience
             bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.4f}",
-                            **({s.valid_metric: f"{state['best_metric']:.4f}"} if validate else {}))
+            best = f"{state['best_metric']:.4f}" if state["best_metric"] > -math.inf else "–"
+            bar.set_postfix(loss=f"{record['loss']:.4f}", **({f"best {s.valid_metric}": best} if validate else {}))
             if checkpoint is not None:
                 self._save(checkpoint, model, optimizer, schedule, generator, state)
         bar.close()
