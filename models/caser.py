@@ -2,16 +2,16 @@
 
 Tang & Wang, "Personalized Top-N Sequential Recommendation via Convolutional Sequence Embedding", WSDM 2018.
 
-- Embedding look-up (eq. 1): E = [Q_{S_{t-L}}; …; Q_{S_{t-1}}] ∈ R^{L×d}, user embedding P_u ∈ R^d.
-- Horizontal convolution (eqs. 2-3): for each height h ∈ {1..L}, n_h filters F ∈ R^{h×d} slide over the rows,
+- Embedding look-up: E = [Q_{S_{t-L}}; …; Q_{S_{t-1}}] ∈ R^{L×d}, user embedding P_u ∈ R^d.
+- Horizontal convolutional layer: for each height h ∈ {1..L}, n_h filters F ∈ R^{h×d} slide over the rows,
   c_i = φ_c(E_{i:i+h-1} ⊙ F), and max pooling keeps o = max_i c_i per filter (union-level patterns of any length).
-- Vertical convolution (eq. 4): n_v filters F̃ ∈ R^{L×1}, c̃ = Σ_l F̃_l · E_l (a learned weighted sum of the L
+- Vertical convolutional layer: n_v filters F̃ ∈ R^{L×1}, c̃ = Σ_l F̃_l · E_l (a learned weighted sum of the L
   rows; point-level patterns), o' = [c̃^1 … c̃^{n_v}] ∈ R^{d·n_v}.
-- Fully connected (eq. 6): z = φ_a(W [o; o'] + b) ∈ R^d, dropout on [o; o'].
-- Output (eq. 7): y^{(u,t)} = W' [z; P_u] + b', one score per item.
-- Loss (eq. 10, binary cross-entropy): each window of L items predicts the next T items ("skip" behaviour);
-  −Σ_{i ∈ next T} log σ(y_i) − Σ_j log(1 − σ(y_j)), with negatives j drawn uniformly from the items the user
-  never had, 3 per target (§4).
+- Fully-connected layer: z = φ_a(W [o; o'] + b) ∈ R^d, dropout on [o; o'].
+- Output layer: y^{(u,t)} = W' [z; P_u] + b', one score per item.
+- Loss (the negative log-likelihood, i.e. binary cross-entropy): each window of L items predicts the next T
+  items ("skip" behaviour): −Σ_{i ∈ next T} log σ(y_i) − Σ_j log(1 − σ(y_j)), with negatives j drawn
+  uniformly from the items the user never had, 3 per target (§4).
 φ_c = φ_a = ReLU. Windows whose L inputs reach before the sequence's start are padded with a zero embedding,
 so short sequences still train (the first window reads only padding and learns from P_u alone).
 """

@@ -4,10 +4,10 @@ Hidasi & Karatzoglou, "Recurrent Neural Networks with Top-k Gains for Session-ba
 CIKM 2018 (arXiv 1706.03847). The network (embedding, GRU, output layer) is :class:`models.gru4rec.GRU4Rec`'s;
 what changes is the training signal:
 
-- Additional samples (§3.1): besides the mini-batch's own targets, N_A items drawn once per mini-batch and
-  shared by all its examples, with probability ∝ supp_i^α (supp_i: the item's training interactions;
-  α = 0 uniform, α = 1 popularity).
-- Ranking-max losses (§3.2): the negatives are weighted by their softmax s_j = exp(r̂_j) / Σ_k exp(r̂_k), so
+- Additional samples (the paper's extended output sampling): besides the mini-batch's own targets, N_A items
+  drawn once per mini-batch and shared by all its examples, with probability ∝ supp_i^α (supp_i: the item's
+  training interactions; α = 0 uniform, α = 1 popularity).
+- The ranking-max loss family: the negatives are weighted by their softmax s_j = exp(r̂_j) / Σ_k exp(r̂_k), so
   the loss follows the highest-scored negatives instead of averaging many irrelevant ones to a vanishing
   gradient:
     BPR-max:   L = −log Σ_j s_j σ(r̂_i − r̂_j) + λ Σ_j s_j r̂_j²     (the second term: score regularisation)
@@ -31,8 +31,8 @@ _EXCLUDED = -1e9  # softmax logit of a dropped negative: weight exp(-1e9) = 0, f
 
 @dataclass
 class GRU4RecPlusConfig(GRU4RecConfig):
-    loss: str = "bpr-max"  # "bpr-max" or "top1-max" (§3.2)
-    n_sample: int = 2048  # N_A additional negatives per mini-batch (§3.1)
+    loss: str = "bpr-max"  # "bpr-max" or "top1-max"
+    n_sample: int = 2048  # N_A additional negatives shared by a mini-batch
     sample_alpha: float = 0.3  # α of the sampling distribution supp_i^α
     bpreg: float = 1.0  # λ of BPR-max's score regularisation
 

@@ -2,12 +2,12 @@
 
 He, Liao, Zhang, Nie, Hu & Chua, "Neural Collaborative Filtering", WWW 2017.
 
-- GMF (eq. 9):    φ^GMF = p^G_u ⊙ q^G_i
-- MLP (eq. 10):   z_1 = [p^M_u; q^M_i],  φ_l = ReLU(W_l z_{l-1} + b_l) for a tower of layers halving in width;
-                  φ^MLP is the last layer's output
-- NeuMF (eq. 11): ŷ_ui = σ(h^T [φ^GMF; φ^MLP]), GMF and MLP with separate embeddings (§3.4)
-- Loss (eq. 7, log loss): L = −Σ_{(u,i)∈Y} log ŷ_ui − Σ_{(u,j)∈Y⁻} log(1 − ŷ_uj), with Y⁻ sampled uniformly
-  from the user's unobserved items, 4 per observed interaction (the paper's default sampling ratio).
+- GMF:    φ^GMF = p^G_u ⊙ q^G_i
+- MLP:    z_1 = [p^M_u; q^M_i],  φ_l = ReLU(W_l z_{l-1} + b_l) for a tower of layers halving in width;
+          φ^MLP is the last layer's output
+- NeuMF:  ŷ_ui = σ(h^T [φ^GMF; φ^MLP]), GMF and MLP with separate embeddings (§3.4)
+- Loss (log loss, i.e. binary cross-entropy): L = −Σ_{(u,i)∈Y} log ŷ_ui − Σ_{(u,j)∈Y⁻} log(1 − ŷ_uj), with Y⁻
+  sampled uniformly from the user's unobserved items, 4 per observed interaction (the paper's sampling ratio).
 Scores are the logits h^T[φ^GMF; φ^MLP] (σ is monotone, so rankings are unchanged).
 
 Not reproduced: the paper's pre-training of NeuMF from separately trained GMF and MLP (§3.4.1); NeuMF is
