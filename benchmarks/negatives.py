@@ -1,4 +1,5 @@
-"""Sampled candidate lists for the ``pop100`` and ``uni100`` protocols (``protocol.md``, "Candidates").
+"""Sampled candidate lists for the ``pop100`` and ``uni100`` protocols (``protocol.md``, "Candidates"), and the
+one uniform negative per user of the relevance task's ``pairs`` (``protocol.md``, "Relevance prediction").
 
 Negatives are drawn once per (dataset, split, protocol, seed), never include any item of the user's whole
 sequence, are stored next to the prepared dataset and are reused by every model.
@@ -18,19 +19,20 @@ import numpy as np
 from datasets.sequences import SequenceData
 
 SAMPLED_PROTOCOLS = {"pop100": "popularity", "uni100": "uniform"}
+PAIRS = "pairs"  # relevance prediction: one uniform negative per user (benchmarks.relevance)
 _SPLIT_CODES = {"valid": 1, "test": 2}
-_PROTOCOL_CODES = {"pop100": 1, "uni100": 2}
+_PROTOCOL_CODES = {"pop100": 1, "uni100": 2, PAIRS: 3}
 
 
 def candidate_weights(data: SequenceData, protocol: str) -> np.ndarray:
     """Sampling weight of each item id 0..n_items (padding has weight 0)."""
     if protocol == "pop100":
         return data.item_counts().astype(np.float64)  # over the whole dataset, all splits
-    if protocol == "uni100":
+    if protocol in ("uni100", PAIRS):
         weights = np.ones(data.n_items + 1, dtype=np.float64)
         weights[0] = 0.0
         return weights
-    raise ValueError(f"unknown sampled protocol {protocol!r}; expected one of {sorted(SAMPLED_PROTOCOLS)}")
+    raise ValueError(f"unknown sampled protocol {protocol!r}; expected one of {sorted(_PROTOCOL_CODES)}")
 
 
 def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.random.Generator,
