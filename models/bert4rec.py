@@ -29,7 +29,8 @@ from torch import nn
 
 from datasets.sequences import PAD, Histories
 from models.base import NeuralRecommender
-from models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, trim_padding, window_matrix
+from models.transformer import (EncoderConfig, SequenceEncoder, sliding_windows, softmax_cross_entropy, trim_padding,
+                                window_matrix)
 
 
 @dataclass
@@ -103,10 +104,9 @@ class BERT4Rec(NeuralRecommender):
         """GELU(h W^P + b^P), then the head's LayerNorm: the left factor of eq. 7."""
         return self.head_norm(F.gelu(self.projection(hidden)))
 
-    def item_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Eq. 7 before the softmax, over items 1..n: (M, d) → (M, n)."""
-        E = self.encoder.item_embedding.weight[1:self.n_items + 1]
-        return self.transform(hidden) @ E.T + self.output_bias[1:]
+    def item_embeddings(self) -> torch.Tensor:
+        """E restricted to the real items 1..n (no padding, no [MASK]): the classes of the softmax."""
+        return self.encoder.item_embedding.weight[1:self.n_items + 1]
 
     # ------------------------------------------------------------------------------------------- training
     def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
@@ -150,9 +150,10 @@ class BERT4Rec(NeuralRecommender):
         """Eq. 8: mean −log P of the masked items; logits only at masked positions."""
         items, = trim_padding(batch["items"])
         masked = self.draw_masks(items, batch["last"], generator)
-        hidden, _ = self.encoder(self.corrupt(items, masked, generator))
-        logits = self.item_logits(hidden[masked])
-        return F.cross_entropy(logits.float(), items[masked] - 1)
+        hidden, _ = self.encoder(self.corrupt(items, masked, generator))  # rows of the non-padding positions
+        # Eq. 7 only at the masked positions; the softmax over all items is taken chunk by chunk.
+        return softmax_cross_entropy(self.transform(hidden[masked[items != PAD]]), self.item_embeddings(), items[masked] - 1,
+                                     self.output_bias[1:])
 
     # ------------------------------------------------------------------------------------------- inference
     def append_mask(self, histories: torch.Tensor) -> torch.Tensor:
@@ -164,7 +165,7 @@ class BERT4Rec(NeuralRecommender):
     def score(self, users, histories, candidates):
         (items,) = trim_padding(self.append_mask(histories))
         hidden, _ = self.encoder(items, last_only=True)
-        h = self.transform(hidden[:, -1])  # the [MASK] position
+        h = self.transform(hidden)  # the [MASK] position
         if candidates is None:
             E = self.encoder.item_embedding.weight[:self.n_items + 1]
             return h @ E.T + self.output_bias

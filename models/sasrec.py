@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from datasets.sequences import PAD, Histories
 from models.base import NeuralRecommender
 from models.sampling import InteractionSet, uniform_negatives
-from models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, trim_padding, window_matrix
+from models.transformer import (EncoderConfig, SequenceEncoder, sliding_windows, softmax_cross_entropy, trim_padding,
+                                window_matrix)
 
 
 @dataclass
@@ -86,31 +87,25 @@ class SASRec(NeuralRecommender):
         windows = window_matrix(train, rows, ends, length)
         return {"users": torch.from_numpy(train.users[rows]), "items": torch.from_numpy(windows)}
 
-    def _inputs_and_targets(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Inputs (B, T), next items (B, T) and the hidden states F (B, T, d), padding columns trimmed."""
+    def _encode(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Hidden states F_t (N, d) of the non-padding input positions, their next items (N,) and the users."""
         inputs, targets = trim_padding(batch["items"][:, :-1], batch["items"][:, 1:])
+        where = inputs != PAD  # the first item of a window is only ever an input
         hidden, _ = self.encoder(inputs)
-        return inputs, targets, hidden
+        return hidden, targets[where], batch["users"][:, None].expand_as(inputs)[where]
 
     def loss(self, batch, generator):
         """BCE with one negative per non-padding position (§III-E)."""
-        inputs, targets, hidden = self._inputs_and_targets(batch)
-        where = inputs != PAD  # the first item of a window is only ever an input
-        users = batch["users"][:, None].expand_as(inputs)[where]
+        hidden, targets, users = self._encode(batch)
         negatives = uniform_negatives(self.n_items, users.shape, generator, users.device, users, self.seen)
-        h = hidden[where]
-        positive = (h * self.item_embedding[targets[where]]).sum(-1)
-        negative = (h * self.item_embedding[negatives]).sum(-1)
+        positive = (hidden * self.item_embedding[targets]).sum(-1)
+        negative = (hidden * self.item_embedding[negatives]).sum(-1)
         return -(F.logsigmoid(positive) + F.logsigmoid(-negative)).mean()
 
     # ------------------------------------------------------------------------------------------- inference
-    def _last_hidden(self, histories: torch.Tensor) -> torch.Tensor:
-        (items,) = trim_padding(histories[:, -self.config.max_len:])
-        hidden, _ = self.encoder(items, last_only=True)
-        return hidden[:, -1]  # F_n: the last position's output
-
     def score(self, users, histories, candidates):
-        h = self._last_hidden(histories)
+        (items,) = trim_padding(histories[:, -self.config.max_len:])
+        h, _ = self.encoder(items, last_only=True)  # F_n: the last position's output
         if candidates is None:
             return h @ self.item_embedding[:self.n_items + 1].T
         return (self.item_embedding[candidates] @ h[:, :, None]).squeeze(-1)
@@ -133,8 +128,6 @@ class SASRecCE(SASRec):
         return self._windows(train)  # no negatives to draw
 
     def loss(self, batch, generator):
-        inputs, targets, hidden = self._inputs_and_targets(batch)
-        where = inputs != PAD
-        # Logits only at non-padding positions, over the real items 1..n_items (no padding column).
-        logits = hidden[where] @ self.item_embedding[1:self.n_items + 1].T
-        return F.cross_entropy(logits.float(), targets[where] - 1)
+        hidden, targets, _ = self._encode(batch)
+        # Logits only at non-padding positions, over the real items 1..n_items, taken chunk by chunk.
+        return softmax_cross_entropy(hidden, self.item_embedding[1:self.n_items + 1], targets - 1)

@@ -18,6 +18,9 @@ every LayerNorm of the encoder), ``use_residual`` (w/o RC), ``dropout = attentio
 Sequences are *left*-padded with item 0 so the most recent item sits in the last column, and positions are
 counted from the right end: column ``j`` of a ``T``-column batch gets ``P[max_len − T + j]``. Trimming all-padding
 columns off the left of a batch (:func:`trim_padding`) therefore never changes a result, only saves work.
+Padding positions are never computed at all: the point-wise parts (embeddings, projections, PFFN, LayerNorm,
+dropout) run on the real positions packed into (N, d) rows (:class:`Layout`); only the attention scores use
+the padded (B, T) layout, where padding is a masked key.
 """
 from __future__ import annotations
 
@@ -69,6 +72,31 @@ def layer_norm(config: EncoderConfig) -> nn.Module:
     return nn.LayerNorm(config.hidden) if config.use_layernorm else nn.Identity()
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where the packed (N, ·) rows of a batch's real positions sit in its padded (B, T) layout."""
+
+    index: torch.Tensor  # (N,) flat position b·T + t of each packed row, in row-major order
+    shape: tuple[int, int]  # (B, T)
+    mask: torch.Tensor  # (B, 1, T, T) additive attention mask M
+    last: torch.Tensor  # (B,) packed row of each sequence's last position
+
+    @property
+    def full(self) -> bool:
+        return len(self.index) == self.shape[0] * self.shape[1]
+
+    def pad(self, packed: torch.Tensor) -> torch.Tensor:
+        """(N, k) → (B, T, k), zeros at padding."""
+        B, T = self.shape
+        if self.full:
+            return packed.view(B, T, -1)
+        return packed.new_zeros(B * T, packed.shape[-1]).index_copy_(0, self.index, packed).view(B, T, -1)
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """(B, T, k) → (N, k)."""
+        return padded.flatten(0, 1) if self.full else padded.flatten(0, 1).index_select(0, self.index)
+
+
 class MultiHeadAttention(nn.Module):
     """MH(H) of eq. 1–2 through ``scaled_dot_product_attention``; the weights are computed explicitly only
     when asked for (heat maps)."""
@@ -79,13 +107,14 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden, 3 * config.hidden)  # W^Q, W^K, W^V of all heads in one matmul
         self.out = nn.Linear(config.hidden, config.hidden)  # W^O
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
+    def forward(self, x: torch.Tensor, layout: Layout, need_weights: bool = False,
                 last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Every position of ``x`` (B, T, d) is a key; the queries are every position, or only the last one.
-        ``mask`` (B, 1, Tq, T) is added to the attention logits."""
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        """Packed (N, d) inputs → packed (N, d) outputs, or (B, d) for each sequence's last position only (every
+        position is still a key)."""
+        q, k, v = layout.pad(self.qkv(x)).chunk(3, dim=-1)
+        mask = layout.mask
         if last_only:
-            q = q[:, -1:]
+            q, mask = q[:, -1:], mask[:, :, -1:]
         q, k, v = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, h, T, d/h)
         weights = None
         if need_weights:
@@ -94,7 +123,8 @@ class MultiHeadAttention(nn.Module):
         else:
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype),
                                                    dropout_p=self.dropout if self.training else 0.0)
-        return self.out(heads.transpose(1, 2).flatten(2)), weights
+        heads = heads.transpose(1, 2).flatten(2)  # (B, Tq, d): [head_1; …; head_h]
+        return self.out(heads[:, -1] if last_only else layout.pack(heads)), weights
 
 
 class FeedForward(nn.Module):
@@ -127,15 +157,14 @@ class TransformerBlock(nn.Module):
         out = x + self.drop(sublayer_out) if self.config.use_residual else self.drop(sublayer_out)
         return out if self.config.norm_first else norm(out)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
+    def forward(self, x: torch.Tensor, layout: Layout, need_weights: bool = False,
                 last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``last_only``: compute only the last position's output (all positions still serve as keys); that is
-        all inference needs from the final layer."""
+        """Packed (N, d) → (N, d); ``last_only``: only each sequence's last position, (B, d), which is all
+        inference needs from the final layer."""
         pre = self.config.norm_first
-        h = self.attention_norm(x) if pre else x
+        attended, weights = self.attention(self.attention_norm(x) if pre else x, layout, need_weights, last_only)
         if last_only:
-            x, mask = x[:, -1:], mask[:, :, -1:]
-        attended, weights = self.attention(h, mask, need_weights, last_only)
+            x = x[layout.last]
         x = self._residual(x, attended, self.attention_norm)
         if self.ffn is not None:
             x = self._residual(x, self.ffn(self.ffn_norm(x) if pre else x), self.ffn_norm)
@@ -166,32 +195,81 @@ class SequenceEncoder(nn.Module):
             with torch.no_grad():
                 module.weight[module.padding_idx].zero_()
 
-    def attention_mask(self, items: torch.Tensor) -> torch.Tensor:
+    def attention_mask(self, present: torch.Tensor) -> torch.Tensor:
         """Additive (B, 1, T, T) mask M of eq. 2: 0 where a query may attend, −∞ elsewhere. Each position always
         sees itself, so padding queries stay finite (their outputs are never used) and no row is all −∞."""
-        T = items.shape[1]
-        allowed = (items != PAD)[:, None, None, :] | torch.eye(T, dtype=torch.bool, device=items.device)
+        T = present.shape[1]
+        allowed = present[:, None, None, :] | torch.eye(T, dtype=torch.bool, device=present.device)
         if self.config.causal:
-            allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=items.device).tril()
-        return torch.zeros(allowed.shape, device=items.device).masked_fill_(~allowed, float("-inf"))
+            allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=present.device).tril()
+        return torch.zeros(allowed.shape, device=present.device).masked_fill_(~allowed, float("-inf"))
 
     def forward(self, items: torch.Tensor, need_weights: bool = False,
-                last_only: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Hidden states (B, T, d) of the last layer, or (B, 1, d) of the last position with ``last_only``;
-        with ``need_weights`` also every layer's attention weights (B, h, T, T)."""
-        T = items.shape[1]
+                last_only: bool = False) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """Last-layer hidden states of the real positions of ``items`` (B, T), packed (N, d) in row-major order
+        (the rows of ``hidden[items != PAD]``), or with ``last_only`` (B, d) of each sequence's last column
+        (computed even when that column is padding); with ``need_weights`` also every layer's attention weights
+        (B, h, T, T)."""
+        B, T = items.shape
         if T > self.config.max_len:
             raise ValueError(f"sequences of {T} positions exceed max_len {self.config.max_len}")
-        x = self.item_embedding(items)
+        present = items != PAD
+        if last_only:
+            present[:, -1] = True
+        index = present.flatten().nonzero().squeeze(1)
+        layout = Layout(index, (B, T), self.attention_mask(present), present.sum(1).cumsum(0) - 1)
+        x = self.item_embedding(items.flatten()[index])
         if self.position_embedding is not None:
-            x = x + self.position_embedding.weight[self.config.max_len - T:]
+            x = x + self.position_embedding(index % T + (self.config.max_len - T))
         x = self.embedding_dropout(self.embedding_norm(x))
-        mask = self.attention_mask(items)
         weights = []
         for number, block in enumerate(self.blocks, start=1):
-            x, w = block(x, mask, need_weights, last_only and number == len(self.blocks) and not need_weights)
+            x, w = block(x, layout, need_weights, last_only and number == len(self.blocks))
             weights.append(w)
         return self.final_norm(x), weights
+
+
+class SoftmaxCrossEntropy(torch.autograd.Function):
+    """Mean over rows of −log softmax(h Eᵀ + b)[target], the full-softmax loss of BERT4Rec (eq. 8) and
+    SASRec-CE, without ever holding the whole (rows × items) logit matrix: it is computed in chunks of rows,
+    forward keeps only each row's log-normaliser, and backward recomputes a chunk's softmax from it. Runs in
+    float32 whatever the autocast state. Use through :func:`softmax_cross_entropy`."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk):
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w, b = hidden.float(), weight.float(), bias.float()
+            log_norm = torch.cat([torch.addmm(b, h[i:i + chunk], w.T).logsumexp(-1)
+                                  for i in range(0, len(h), chunk)])
+            target_logit = (h * w[targets]).sum(-1) + b[targets]
+        ctx.save_for_backward(hidden, weight, bias, targets, log_norm)
+        ctx.chunk = chunk
+        return (log_norm - target_logit).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight, bias, targets, log_norm = ctx.saved_tensors
+        h, w, b = hidden.float(), weight.float(), bias.float()
+        grad_h, grad_w, grad_b = torch.empty_like(h), torch.zeros_like(w), torch.zeros_like(b)
+        scale = grad.float() / len(h)
+        for i in range(0, len(h), ctx.chunk):
+            rows = slice(i, i + ctx.chunk)
+            p = torch.addmm(b, h[rows], w.T).sub_(log_norm[rows, None]).exp_()  # softmax of the chunk
+            p[torch.arange(len(p), device=p.device), targets[rows]] -= 1.0  # minus the one-hot target
+            p.mul_(scale)
+            grad_h[rows] = p @ w
+            grad_w.addmm_(p.T, h[rows])
+            grad_b += p.sum(0)
+        return grad_h.to(hidden.dtype), grad_w.to(weight.dtype), grad_b.to(bias.dtype), None, None
+
+
+def softmax_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                          bias: torch.Tensor | None = None, chunk_elements: int = 2 ** 24) -> torch.Tensor:
+    """``F.cross_entropy(hidden @ weight.T + bias, targets)`` for (M, d) hidden rows against (V, d) output
+    embeddings, in chunks of about ``chunk_elements`` logits (64 MB)."""
+    if bias is None:
+        bias = torch.zeros(len(weight), device=weight.device, dtype=weight.dtype)
+    return SoftmaxCrossEntropy.apply(hidden, weight, bias, targets, max(1, chunk_elements // len(weight)))
 
 
 def trim_padding(items: torch.Tensor, *aligned: torch.Tensor) -> tuple[torch.Tensor, ...]:

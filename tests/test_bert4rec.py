@@ -109,8 +109,8 @@ def test_mask_token_is_appended_after_the_last_n_minus_1_items():
 def test_scores_come_from_the_mask_position_through_eq7():
     m = model().eval()
     history = histories([[3, 9, 27]], width=9)
-    hidden, _ = m.encoder(m.append_mask(history))
-    h = m.head_norm(torch.nn.functional.gelu(m.projection(hidden[:, -1])))
+    hidden, _ = m.encoder(m.append_mask(history))  # packed: 3 items and [MASK]
+    h = m.head_norm(torch.nn.functional.gelu(m.projection(hidden[-1:])))
     expected = h @ m.encoder.item_embedding.weight[:N_ITEMS + 1].T + m.output_bias
     assert torch.allclose(m.score(torch.tensor([0]), history, None), expected, atol=1e-5)
 

@@ -10,7 +10,7 @@ from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 from models import model_class
 from models.pop import Pop
 from models.sasrec import SASRec, SASRecCE, SASRecConfig
-from models.transformer import sliding_windows, window_matrix
+from models.transformer import sliding_windows, softmax_cross_entropy, window_matrix
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +55,12 @@ def histories(rows, width=12) -> torch.Tensor:
 
 HISTORIES = histories([[3, 7, 1, 9, 4], [5, 2, 8, 2, 6, 11, 30, 12, 17, 21, 33], [40]])
 USERS = torch.arange(3)
+
+
+def hidden_states(model, items: torch.Tensor) -> torch.Tensor:
+    """The encoder's (B, T, d) last-layer states, zero at padding (the encoder returns them packed)."""
+    packed, _ = model.encoder(items)
+    return torch.zeros(*items.shape, packed.shape[-1]).index_put((items != 0,), packed)
 
 
 def n_parameters(model) -> int:
@@ -117,8 +123,7 @@ def test_sasrec_is_causal():
     model = small("sasrec")
     changed = HISTORIES.clone()
     changed[1, 8:] = torch.tensor([1, 2, 3, 4])  # the items after column 7
-    before, _ = model.encoder(HISTORIES)
-    after, _ = model.encoder(changed)
+    before, after = hidden_states(model, HISTORIES), hidden_states(model, changed)
     assert torch.allclose(before[1, :8], after[1, :8], atol=1e-6)
     assert not torch.allclose(before[1, 8:], after[1, 8:])
 
@@ -127,8 +132,7 @@ def test_bert4rec_is_bidirectional():
     model = small("bert4rec")
     changed = HISTORIES.clone()
     changed[1, -1] = 39  # only the most recent item
-    before, _ = model.encoder(HISTORIES)
-    after, _ = model.encoder(changed)
+    before, after = hidden_states(model, HISTORIES), hidden_states(model, changed)
     assert not torch.allclose(before[1, 1:6], after[1, 1:6])  # earlier positions see the later item
 
 
@@ -207,14 +211,25 @@ def test_sasrec_examples_are_windows_of_max_len_plus_one():
 
 
 # -------------------------------------------------------------------------------------------------- losses
+def test_chunked_softmax_cross_entropy_matches_the_plain_one_with_gradients():
+    torch.manual_seed(0)
+    hidden, weight, bias = (torch.randn(*shape, requires_grad=True) for shape in [(500, 8), (70, 8), (70,)])
+    targets = torch.randint(0, 70, (500,))
+    plain = torch.nn.functional.cross_entropy(hidden @ weight.T + bias, targets)
+    chunked = softmax_cross_entropy(hidden, weight, targets, bias, chunk_elements=70 * 64)  # 8 chunks
+    assert torch.allclose(plain, chunked, atol=1e-6)
+    for a, b in zip(torch.autograd.grad(plain, [hidden, weight, bias]),
+                    torch.autograd.grad(chunked, [hidden, weight, bias])):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
 def test_sasrec_ce_loss_is_the_full_softmax_at_non_padding_positions():
     m = small("sasrec-ce", dropout=0.0, attention_dropout=0.0)
     h = Histories(np.array([1, 2, 3, 4, 5, 6, 7, 8]), np.array([0, 5, 8]), np.array([0, 1]))
     batch = m.training_examples(h)
     loss = m.loss(batch, torch.Generator().manual_seed(0))
     inputs, targets = batch["items"][:, :-1], batch["items"][:, 1:]
-    hidden, _ = m.encoder(inputs)
-    logits = hidden @ m.encoder.item_embedding.weight[1:].T
+    logits = hidden_states(m, inputs) @ m.encoder.item_embedding.weight[1:].T
     expected = torch.nn.functional.cross_entropy(logits[inputs != 0], targets[inputs != 0] - 1)
     assert torch.allclose(loss, expected, atol=1e-5)
 
