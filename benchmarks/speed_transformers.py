@@ -1,0 +1,149 @@
+"""Speed of the attention models: training sequences per second, seconds per epoch, full-ranking evaluation of
+every user, and peak memory, with the paper's ML-1m shape (N = 200, d = 64, L = 2, h = 2, batch 256) and
+Beauty's (54,542 items, N = 50).
+
+    python -m benchmarks.speed_transformers                          # real data from $RECBENCH_DATA_DIR
+    python -m benchmarks.speed_transformers --data-dir ../shared/data --datasets ml-1m --batches 20
+    python -m benchmarks.speed_transformers --synthetic              # generated data of the same shape
+
+Training is timed through the shared :class:`benchmarks.trainer.Trainer` on ``--batches`` batches of randomly
+chosen users (after one warm-up batch); an epoch is one pass over every user's sequence (BERT4Rec: one Cloze
+draw per window, no extra copies). Each (dataset, model) runs in a fresh process, so that its peak resident
+memory (VmHWM: data, model, training and evaluation together) is its own. The machine's load average and the
+process's CPU time are recorded next to the wall-clock numbers, since other processes on the same cores slow
+everything down.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.config import resolve
+from benchmarks.evaluator import Evaluator
+from benchmarks.runner import PeakMemory, describe_device
+from benchmarks.trainer import Trainer
+from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
+from models import model_class
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("sasrec", "sasrec-ce", "bert4rec")
+# The shape every model is timed with (the brief's ML-1m paper configuration); the rest is the model's config.
+SHAPE = ("hidden=64", "layers=2", "heads=2", "batch_size=256")
+SPEED_ONLY = {"bert4rec": ("dupe_factor=1", "mask_last=false")}  # an epoch = one Cloze draw per window
+# Table 1 shapes for --synthetic: users, items, mean length, minimum length.
+SHAPES = {"ml-1m": (6040, 3416, 165.5, 18), "beauty": (40226, 54542, 8.8, 5)}
+
+
+def synthetic(name: str, seed: int = 0) -> SequenceData:
+    """Random sequences with the dataset's users, items and a long-tailed length distribution of its mean."""
+    users, items, mean, minimum = SHAPES[name]
+    rng = np.random.default_rng(seed)
+    lengths = minimum + rng.geometric(1.0 / (mean - minimum + 1), users) - 1
+    popularity = 1.0 / np.arange(1, items + 1) ** 0.8  # Zipf-like, as real catalogues
+    flat = rng.choice(np.arange(1, items + 1), size=int(lengths.sum()), p=popularity / popularity.sum())
+    return SequenceData.from_sequences(f"synthetic-{name}", np.split(flat, np.cumsum(lengths)[:-1]), items)
+
+
+def subset(view: Histories, rows: np.ndarray) -> Histories:
+    row_of, items = view.flat(rows)
+    lengths = np.bincount(row_of, minlength=len(rows))
+    return Histories(items, np.r_[0, np.cumsum(lengths)], view.users[rows])
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: str | None, generated: bool,
+            threads: int | None, seed: int = 0) -> dict:
+    """One model on one dataset, in the calling process (see :func:`main` for the fresh process)."""
+    from datasets import load_dataset
+
+    if threads:
+        torch.set_num_threads(threads)
+    device = torch.device(device)
+    data = synthetic(dataset) if generated else load_dataset(dataset, data_dir=data_dir, progress=False)
+    overrides = (*SHAPE, *SPEED_ONLY.get(model_name, ()), "max_epochs=1", "warmup_steps=0")
+    config = resolve(model_name, dataset, "paper", overrides)
+    settings = dataclasses.replace(config.train, progress=False, seed=seed)
+    split = LeaveOneOutSplit(data)
+    train = split.train()
+    memory = PeakMemory(device)
+    memory.reset()
+    torch.manual_seed(seed)
+    model = model_class(model_name)(data.n_users, data.n_items, config.model).to(device)
+    rng = np.random.default_rng(seed)
+    warm = subset(train, rng.choice(len(train), settings.batch_size, replace=False))
+    Trainer(settings).fit(model, warm, None)  # one batch: allocator and kernel warm-up
+    users = rng.choice(len(train), min(len(train), batches * settings.batch_size), replace=False)
+    timed = subset(train, users)
+    rows = len(next(iter(model.training_examples(timed).values())))
+    cpu = time.process_time()
+    report = Trainer(settings).fit(model, timed, None)
+    cpu, seconds = time.process_time() - cpu, report["train_seconds"]
+    all_rows = len(next(iter(model.training_examples(train).values())))
+    started = time.perf_counter()
+    Evaluator(split, seed=seed).evaluate(model, "test", "full", model_name)
+    evaluation = time.perf_counter() - started
+    return {
+        "dataset": dataset, "model": model_name, "device": describe_device(device),
+        "data": data.name + (" (synthetic)" if generated else f", sha256 {data.content_sha256()[:12]}"),
+        "hyperparameters": dataclasses.asdict(config.model), "batch_size": settings.batch_size,
+        "timed_sequences": rows, "train_seconds": round(seconds, 2),
+        "train_sequences_per_s": round(rows / seconds, 1), "train_cpu_seconds": round(cpu, 2),
+        "epoch_seconds": round(data.n_users / (rows / seconds), 1),  # one pass over every user's sequence
+        "epoch_rows": all_rows, "epoch_rows_seconds": round(all_rows / (rows / seconds), 1),
+        "full_eval_seconds_all_users": round(evaluation, 2), "users": data.n_users, "items": data.n_items,
+        "peak_memory_mb": round(memory.peak_mb(), 1), "load_average": load_average(),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["ml-1m", "beauty"], choices=list(SHAPES))
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--batches", type=int, default=10, help="timed training batches per model")
+    parser.add_argument("--data-dir", default=None, help="folder with the dataset files (else $RECBENCH_DATA_DIR)")
+    parser.add_argument("--synthetic", action="store_true", help="generated data of each dataset's shape")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--output", default=str(ROOT / "results" / "reference" / "speed_transformers.json"))
+    args = parser.parse_args(argv)
+    from benchmarks.trainer import resolve_device
+
+    device = str(resolve_device(args.device))
+    results = []
+    for dataset in args.datasets:
+        for model_name in args.models:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
+                row = fresh.submit(measure, model_name, dataset, args.batches, device, args.data_dir,
+                                   args.synthetic, args.threads).result()
+            results.append(row)
+            print(f"{dataset:>7} {model_name:>9}: {row['train_sequences_per_s']:7.1f} seq/s, epoch of "
+                  f"{row['users']:,} sequences {row['epoch_seconds']:7.1f} s, full-ranking eval of all users "
+                  f"{row['full_eval_seconds_all_users']:6.2f} s, peak {row['peak_memory_mb']:7.1f} MB "
+                  f"(load {row['load_average']})", flush=True)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({
+        "command": " ".join(["python -m benchmarks.speed_transformers", *(sys.argv[1:] if argv is None else argv)]),
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "torch_threads": args.threads or torch.get_num_threads(), "torch": torch.__version__},
+        "results": results}, indent=2) + "\n")
+    print(f"written: {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
