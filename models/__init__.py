@@ -19,6 +19,7 @@ _REGISTRY = {
     "gru4rec+": "models.gru4rec_plus:GRU4RecPlus",
     "caser": "models.caser:Caser",
     "lstm": "models.lstm:LSTM",
+    "lstm-rel": "models.lstm_relevance:LSTMRelevance",
 }
 
 

@@ -23,12 +23,17 @@ from datasets.sequences import PAD, Histories
 from models.base import NeuralRecommender
 
 
+def windows_per_user(train: Histories, max_len: int) -> np.ndarray:
+    """How many windows :func:`sequence_windows` cuts from each history: ceil((n − 1) / max_len)."""
+    return (np.maximum(train.lengths - 1, 0) + max_len - 1) // max_len
+
+
 def sequence_windows(train: Histories, max_len: int) -> np.ndarray:
-    """``(n_windows, max_len + 1)`` right-padded windows of the training sequences (see module docstring)."""
+    """``(n_windows, max_len + 1)`` right-padded windows of the training sequences (see module docstring), the
+    windows of each history together, histories in order."""
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
-    lengths = train.lengths
-    per_user = (np.maximum(lengths - 1, 0) + max_len - 1) // max_len  # ceil((n - 1) / max_len) targets' windows
+    per_user = windows_per_user(train, max_len)
     owner = np.repeat(np.arange(len(train), dtype=np.int64), per_user)
     k = np.arange(len(owner), dtype=np.int64) - np.repeat(np.cumsum(per_user) - per_user, per_user)
     end = train.offsets[owner + 1] - 1 - k * max_len  # flat index of the window's last item (k = 0: newest)
