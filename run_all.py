@@ -4,6 +4,7 @@
     python run_all.py                                   # offline smoke run on the built-in synthetic data
     python run_all.py --datasets ml-1m beauty --models pop bprmf --data-dir ../shared/data
     python run_all.py --datasets ml-1m --profile paper --seeds 0 1 2 --resume
+    python run_all.py --task relevance --datasets ml-1m --models pop lstm-rel bert4rec-rel --data-dir ../shared/data
 
 Results go to ``results/<name>/`` (see results/README.md for the schema).
 """
@@ -14,22 +15,31 @@ import sys
 from pathlib import Path
 
 DEFAULT_MODELS = ("pop", "bprmf", "sasrec", "bert4rec")
+DEFAULT_RELEVANCE_MODELS = ("pop", "bprmf", "lstm-rel", "bert4rec-rel")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     from benchmarks.config import PROFILES
     from benchmarks.evaluator import PROTOCOLS
+    from benchmarks.negatives import PAIRS
+    from benchmarks.runner import TASKS
     from datasets import DATASET_NAMES
     from models import model_names
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="next-item", choices=TASKS,
+                        help="next-item: rank the held-out item (default); relevance: judge one positive and one "
+                             "sampled negative candidate per user (accuracy, AUC, log-loss); models not trained for "
+                             "relevance are calibrated on the validation pairs")
     parser.add_argument("--datasets", nargs="+", default=["synthetic"], metavar="NAME",
                         help=f"datasets to run (default: synthetic); one of: {', '.join(DATASET_NAMES)}")
     parser.add_argument("--models", nargs="+", default=None, metavar="NAME",
-                        help=f"models to run (default: those of {', '.join(DEFAULT_MODELS)} that exist); "
+                        help=f"models to run (default: those of {', '.join(DEFAULT_MODELS)} that exist; with "
+                             f"--task relevance {', '.join(DEFAULT_RELEVANCE_MODELS)}); "
                              f"one of: {', '.join(model_names())}")
-    parser.add_argument("--protocols", nargs="+", default=["full", "pop100"], metavar="NAME",
-                        help=f"candidate protocols for the test split; any of: {', '.join(PROTOCOLS)}")
+    parser.add_argument("--protocols", nargs="+", default=None, metavar="NAME",
+                        help=f"candidate protocols for the test split of --task next-item (default: full pop100); "
+                             f"any of: {', '.join(PROTOCOLS)}. The relevance task has its own: {PAIRS}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="N", help="seeds (default: 0)")
     parser.add_argument("--profile", default="smoke", choices=PROFILES,
                         help="smoke: seconds per model, checks that everything runs (default); "
@@ -56,12 +66,20 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(f"unknown {kind} {', '.join(map(repr, unknown))}; valid {kind}: {', '.join(valid)}")
 
     check("datasets", args.datasets, DATASET_NAMES)
+    relevance = args.task == "relevance"
     if args.models is None:
-        args.models = [name for name in DEFAULT_MODELS if name in model_names()]
+        defaults = DEFAULT_RELEVANCE_MODELS if relevance else DEFAULT_MODELS
+        args.models = [name for name in defaults if name in model_names()]
     check("models", args.models, model_names())
-    check("protocols", args.protocols, PROTOCOLS)
+    if relevance and args.protocols is not None:
+        parser.error(f"--protocols applies to --task next-item; the relevance task is evaluated on its {PAIRS}")
+    if args.protocols is None:
+        args.protocols = [PAIRS] if relevance else ["full", "pop100"]
+    else:
+        check("protocols", args.protocols, PROTOCOLS)
     if args.output is None:
-        args.output = str(Path("results") / f"{'-'.join(args.datasets)}-{args.profile}")
+        task = "-relevance" if relevance else ""
+        args.output = str(Path("results") / f"{'-'.join(args.datasets)}{task}-{args.profile}")
     return args
 
 
@@ -75,11 +93,11 @@ def main(argv=None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides))
+    jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides), task=args.task)
             for dataset in args.datasets for model in args.models for seed in args.seeds]
     output = Path(args.output)
-    print(f"{len(jobs)} job(s): datasets {args.datasets}, models {args.models}, seeds {args.seeds}, "
-          f"profile {args.profile}, protocols {args.protocols} -> {output}/")
+    print(f"{len(jobs)} job(s): task {args.task}, datasets {args.datasets}, models {args.models}, "
+          f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols} -> {output}/")
     run_jobs(jobs, protocols=args.protocols, profile=args.profile, device=args.device, data_dir=args.data_dir,
              cache_dir=args.cache_dir, output=output, resume=args.resume, progress=not args.quiet)
     from benchmarks.runner import read_results

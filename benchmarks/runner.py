@@ -1,5 +1,10 @@
 """Runs a list of (dataset, model, seed) jobs: train, select on validation, test once, write result rows.
 
+A job's ``task`` is ``next-item`` (rank the test target among each protocol's candidates) or ``relevance``
+(judge each user's test pair, ``benchmarks.relevance``): a model trained for relevance is selected on the
+validation pairs and gives its own probabilities; any other model trains and is selected as for ranking, then
+its scores are calibrated on the validation pairs.
+
 Used by ``run_all.py`` for the main grid and by ``benchmarks.studies`` for ablations, sweeps and the Cloze
 study (those only build different :class:`Job` lists). Each finished evaluation is appended to
 ``results.jsonl`` atomically, with everything ``protocol.md`` asks a result to record; a rerun with
@@ -24,13 +29,17 @@ import torch
 
 from benchmarks.config import resolve
 from benchmarks.evaluator import Evaluator
+from benchmarks.negatives import PAIRS
+from benchmarks.relevance import SELECTION_METRICS, TASK as RELEVANCE, RelevanceEvaluator, calibrate
 from benchmarks.trainer import resolve_device
 from datasets import load_dataset
 from datasets.sequences import LeaveOneOutSplit
 from models import model_class
+from models.relevance import RelevanceModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 1
+TASKS = ("next-item", RELEVANCE)
 
 
 @dataclass(frozen=True)
@@ -44,9 +53,19 @@ class Job:
     variant: str | None = None  # the study's row label, e.g. "w/o PE"
     sweep: dict | None = field(default=None, hash=False)  # {"param": ..., "value": ...} for sensitivity
     overrides: tuple = ()  # "field=value" strings applied after the profile
+    task: str = "next-item"  # or "relevance"
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}; expected one of {TASKS}")
 
     def _parts(self) -> list[str]:
-        return [self.dataset, self.model] + ([self.variant] if self.variant else []) + [f"seed{self.seed}"]
+        return ([self.dataset, self.model] + ([self.variant] if self.variant else [])
+                + ([self.task] if self.task != "next-item" else []) + [f"seed{self.seed}"])
+
+    def protocols(self, ranking: tuple) -> tuple:
+        """The protocols of this job's result rows: the given ranking protocols, or the relevance pairs."""
+        return (PAIRS,) if self.task == RELEVANCE else tuple(ranking)
 
     @property
     def run_id(self) -> str:
@@ -200,10 +219,10 @@ def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "s
     datasets = {name: (data, LeaveOneOutSplit(data)) for name, data in (preloaded or {}).items()}
     finished_runs = 0
     for number, job in enumerate(jobs, start=1):
-        if resume and store.done(job.run_id, protocols):
+        if resume and store.done(job.run_id, job.protocols(protocols)):
             log(f"[{number}/{len(jobs)}] {job.run_id}: already in results.jsonl, skipped")
             continue
-        left = sum(not (resume and store.done(j.run_id, protocols)) for j in jobs[number - 1:])
+        left = sum(not (resume and store.done(j.run_id, j.protocols(protocols))) for j in jobs[number - 1:])
         elapsed = time.perf_counter() - started
         eta = f", about {elapsed / finished_runs * left / 60:.1f} min left" if finished_runs else ""
         log(f"[{number}/{len(jobs)}] {job.run_id}{eta}")
@@ -231,6 +250,7 @@ def run_one(job: Job, data, split, config, protocols, device, negatives_dir, che
     np.random.seed(job.seed)
     settings = dataclasses.replace(config.train, seed=job.seed, checkpoint=str(checkpoint), progress=progress)
     evaluator = Evaluator(split, seed=job.seed, cache_dir=negatives_dir)
+    pairs = RelevanceEvaluator(split, seed=job.seed, cache_dir=negatives_dir)
     cls = model_class(job.model)
     memory = PeakMemory(device)
     memory.reset()
@@ -242,32 +262,59 @@ def run_one(job: Job, data, split, config, protocols, device, negatives_dir, che
         valid_users = np.sort(np.random.default_rng(job.seed).choice(data.n_users, settings.valid_users,
                                                                        replace=False))
 
-    def validate(current) -> dict:
-        return evaluator.evaluate(current, "valid", settings.valid_protocol, job.model, valid_users).metrics
+    if isinstance(model, RelevanceModel):  # trained for relevance: selected on the validation pairs
+        if settings.valid_metric not in SELECTION_METRICS:
+            raise ValueError(f"{job.model}: valid_metric {settings.valid_metric!r} cannot select a relevance model; "
+                             f"use one of {SELECTION_METRICS} (higher is better)")
+        selection = f"{settings.valid_metric} on {PAIRS}"
+
+        def validate(current) -> dict:
+            return pairs.evaluate(current, "valid", job.model, valid_users).metrics
+    else:
+        selection = f"{settings.valid_metric} under {settings.valid_protocol}"
+
+        def validate(current) -> dict:
+            return evaluator.evaluate(current, "valid", settings.valid_protocol, job.model, valid_users).metrics
 
     fit = model.fit(split.train(), validate, settings)
     info = {"sha256": data.content_sha256(), "stats": data.stats(), "provenance": data.provenance}
+
+    def result_row(protocol, tie_policy, metrics, users_evaluated, per_user, eval_seconds, **extra) -> dict:
+        """One line of results.jsonl (results/README.md) for one test evaluation of this run; logs its metrics."""
+        log(f"    {protocol:>6}: " + "  ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+            + f"  (train {fit['train_seconds']:.1f}s, {fit['epochs_run']} epochs)")
+        return {
+            "schema": SCHEMA_VERSION, "run_id": job.run_id, "study": job.study, "variant": job.variant,
+            "sweep": job.sweep, "dataset": job.dataset, "dataset_info": info, "model": job.model,
+            "hyperparameters": dataclasses.asdict(config.model),
+            "train_settings": fit.get("settings"), "task": job.task, "protocol": protocol,
+            "tie_policy": tie_policy, "split": "test", "seed": job.seed,
+            "metrics": metrics, "users_evaluated": users_evaluated,
+            "per_user_file": str(per_user), "epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
+            "best_valid": fit["best_valid"], "valid_metric": selection if fit.get("settings") else None,
+            "curve": fit["curve"], "train_seconds": fit["train_seconds"], "eval_seconds": eval_seconds,
+            "peak_memory_mb": memory.peak_mb(), "device": describe_device(device), "versions": versions,
+            "commit": commit, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra,
+        }
+
+    if job.task == RELEVANCE:
+        # A ranker's scores become probabilities by Platt scaling fitted on the validation pairs only.
+        scorer = model if isinstance(model, RelevanceModel) else calibrate(model, pairs, job.model)
+        evaluation = pairs.evaluate(scorer, "test", job.model)
+        per_user = Path("per_user") / f"{job.file_stem}__{PAIRS}.npz"
+        evaluation.save(output / per_user)
+        calibration = ({"method": "platt", "fitted_on": "valid", **dataclasses.asdict(scorer.platt)}
+                       if scorer is not model else None)
+        # AUC counts a tie as ½, the expected value under random tie-breaking.
+        return [result_row(PAIRS, "expected", evaluation.metrics, len(evaluation.users), per_user,
+                           evaluation.seconds, calibration=calibration)]
     rows = []
     for protocol in protocols:
         evaluation = evaluator.evaluate(model, "test", protocol, job.model)
         per_user = Path("per_user") / f"{job.file_stem}__{protocol}.npz"
         evaluation.counts.save(output / per_user)
-        rows.append({
-            "schema": SCHEMA_VERSION, "run_id": job.run_id, "study": job.study, "variant": job.variant,
-            "sweep": job.sweep, "dataset": job.dataset, "dataset_info": info, "model": job.model,
-            "hyperparameters": dataclasses.asdict(config.model),
-            "train_settings": fit.get("settings"), "task": "next-item", "protocol": protocol,
-            "tie_policy": evaluation.tie_policy, "split": "test", "seed": job.seed,
-            "metrics": evaluation.metrics, "users_evaluated": len(evaluation.counts.users),
-            "per_user_file": str(per_user), "epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
-            "best_valid": fit["best_valid"],
-            "valid_metric": f"{settings.valid_metric} under {settings.valid_protocol}" if fit.get("settings") else None,
-            "curve": fit["curve"], "train_seconds": fit["train_seconds"], "eval_seconds": evaluation.seconds,
-            "peak_memory_mb": memory.peak_mb(), "device": describe_device(device), "versions": versions,
-            "commit": commit, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        })
-        metrics = "  ".join(f"{name} {value:.4f}" for name, value in evaluation.metrics.items())
-        log(f"    {protocol:>6}: {metrics}  (train {fit['train_seconds']:.1f}s, {fit['epochs_run']} epochs)")
+        rows.append(result_row(protocol, evaluation.tie_policy, evaluation.metrics, len(evaluation.counts.users),
+                               per_user, evaluation.seconds))
     if hasattr(model, "attention_maps"):
         save_attention(model, evaluator, job, output)
     return rows

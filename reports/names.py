@@ -21,12 +21,14 @@ MODELS = {
     "sasrec": "SASRec",
     "sasrec-ce": "SASRec-CE",
     "lstm": "LSTM",
+    "lstm-rel": "LSTM (relevance)",
     "bert4rec-1mask": "BERT4Rec (1 mask)",
     "bert4rec": "BERT4Rec",
+    "bert4rec-rel": "BERT4Rec (relevance)",
 }
 BERT4REC = "bert4rec"
 # Variants of BERT4Rec itself: never "the best baseline" that BERT4Rec is compared with.
-BERT4REC_FAMILY = {"bert4rec", "bert4rec-1mask"}
+BERT4REC_FAMILY = {"bert4rec", "bert4rec-1mask", "bert4rec-rel"}
 
 # Paper Table 1 order.
 DATASETS = {"beauty": "Beauty", "steam": "Steam", "ml-1m": "ML-1m", "ml-20m": "ML-20m"}
