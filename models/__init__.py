@@ -20,6 +20,7 @@ _REGISTRY = {
     "caser": "models.caser:Caser",
     "lstm": "models.lstm:LSTM",
     "lstm-rel": "models.lstm_relevance:LSTMRelevance",
+    "bert4rec-rel": "models.bert4rec_relevance:BERT4RecRelevance",
 }
 
 
