@@ -40,7 +40,6 @@ from datasets.sequences import LeaveOneOutSplit
 from models.base import Recommender
 
 TASK = "relevance"  # the ``task`` of its result rows; their ``protocol`` is ``pairs``
-METRICS = ("accuracy", "AUC", "log_loss")
 SELECTION_METRICS = ("accuracy", "AUC")  # higher is better: what the trainer may select on
 THRESHOLD = 0.5
 EPSILON = 1e-7  # log-loss clips probabilities to [ε, 1 − ε]
