@@ -6,7 +6,8 @@ Caser and LSTM (plus SASRec and SASRec-CE when registered), paper profile, teste
 Every model trains through :func:`benchmarks.runner.run_jobs` (one job at a time) with its paper profile and a
 wall-clock cap of ``--budget-min`` minutes (validation included); early stopping may end it sooner. The runner's
 own folder (``results/reference-runs/<dataset>/``: results.jsonl, per-user counts, checkpoints; not in git) lets
-an interrupted run continue with ``--resume``. The small summary that is kept goes to
+an interrupted run continue with ``--resume``, and a later call with ``--models`` reruns just those models. The
+small summary of every model run so far for the dataset goes to
 ``results/reference/baselines-<dataset>.json`` and ``.csv``: per model and protocol the test metrics, epochs,
 training seconds, seconds per epoch, full-ranking evaluation seconds and peak memory, with the BERT4Rec paper's
 Table 2 values beside the ``pop100`` rows (the only protocol the paper used).
@@ -63,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def summarize(rows: list[dict], budget_s: float) -> list[dict]:
+def summarize(rows: list[dict]) -> list[dict]:
     """One flat record per (model, protocol): our test metrics and costs, and the paper's values."""
     published, _ = load_published()
     paper = {(p.dataset, p.model, p.metric): p.value for p in published if p.table == "Table 2"}
@@ -77,7 +78,7 @@ def summarize(rows: list[dict], budget_s: float) -> list[dict]:
             "epochs": epochs, "best_epoch": row["best_epoch"],
             "train_seconds": round(row["train_seconds"], 1),
             "seconds_per_epoch": round(row["train_seconds"] / epochs, 1) if epochs else None,
-            "budget_seconds": budget_s if row["train_settings"] else None,
+            "budget_seconds": (row["train_settings"] or {}).get("time_budget_s"),
             "eval_seconds": round(row["eval_seconds"], 1),
             "full_eval_seconds": round(eval_full[row["model"]], 1) if row["model"] in eval_full else None,
             "peak_memory_mb": round(row["peak_memory_mb"]),
@@ -95,11 +96,11 @@ def write_summary(records: list[dict], folder: Path, dataset: str, args) -> Path
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"baselines-{dataset}"
     write_json(stem.with_suffix(".json"), {
-        "dataset": dataset, "profile": "paper", "budget_minutes_per_model": args.budget_min,
-        "seed": args.seed, "protocols": args.protocols, "threads": torch.get_num_threads(),
-        "command": "python -m benchmarks.reference_baselines " + " ".join(sys.argv[1:]),
-        "notes": "seconds_per_epoch = train_seconds / epochs (validation included); full_eval_seconds = the "
-                 "test pass under the full protocol; paper_* = BERT4Rec Table 2 (pop100 rows only)",
+        "dataset": dataset, "profile": "paper", "seed": args.seed, "protocols": args.protocols,
+        "last_command": "python -m benchmarks.reference_baselines " + " ".join(sys.argv[1:]),
+        "notes": "budget_seconds = the wall-clock training cap of that model's run; seconds_per_epoch = "
+                 "train_seconds / epochs (validation included); full_eval_seconds = the test pass under the full "
+                 "protocol; device names the thread count; paper_* = BERT4Rec Table 2 (pop100 rows only)",
         "rows": records})
     columns = list(records[0]) if records else []
     with open(stem.with_suffix(".csv"), "w", newline="") as handle:
@@ -132,9 +133,11 @@ def main(argv=None) -> int:
         runs = Path(args.runs_dir) / dataset
         run_jobs(jobs, protocols=args.protocols, profile="paper", device=args.device, data_dir=args.data_dir,
                  cache_dir=args.cache_dir, output=runs, resume=args.resume, progress=not args.quiet)
-        wanted = {job.run_id for job in jobs}
-        rows = [row for row in read_results(runs / "results.jsonl") if row["run_id"] in wanted]
-        records = summarize(rows, budget_s)
+        # Every model run so far for this dataset (a later call with --models reruns only those), in table order.
+        order = {name: rank for rank, name in enumerate((*BASELINES, *OPTIONAL))}
+        rows = sorted(read_results(runs / "results.jsonl"), key=lambda r: (order.get(r["model"], len(order)),
+                                                                          r["model"], r["protocol"]))
+        records = summarize(rows)
         stem = write_summary(records, Path(args.output), dataset, args)
         print(f"\n{dataset}: {stem}.json, {stem}.csv")
         print_comparison(records)
