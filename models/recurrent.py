@@ -69,6 +69,9 @@ class RecurrentRecommender(NeuralRecommender):
             raise ValueError(f"{type(self).__name__}: max_len must be >= 1, got {config.max_len}")
         self.output = nn.Embedding(n_items + 1, hidden)
         self.output_bias = nn.Parameter(torch.zeros(n_items + 1))
+        # Glorot-uniform over (hidden, items), GRU4Rec's initialisation of its output layer: scores start near 0
+        # (nn.Embedding's N(0, 1) would start them at about ±sqrt(hidden), saturating the ranking losses).
+        nn.init.xavier_uniform_(self.output.weight)
 
     @property
     def history_length(self) -> int:
