@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -374,3 +376,14 @@ def test_attention_maps_of_main_runs_under_either_file_naming(tmp_path):
 def test_command_line_reports_a_missing_folder(tmp_path, capsys):
     assert cli([str(tmp_path / "nowhere")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+def test_latex_tables_compile(fixture_report, tmp_path):
+    """The LaTeX a user pastes into a paper compiles (booktabs, escaping, column counts) without errors."""
+    tables = tmp_path / "tables"
+    shutil.copytree(fixture_report / "tables", tables)
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "all_tables.tex"], cwd=tables,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert (tables / "all_tables.pdf").stat().st_size > 0
