@@ -188,7 +188,7 @@ class Evaluator:
         if tuple(scores.shape) != shape:
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: score() returned shape "
                              f"{tuple(scores.shape)}, expected {shape}")
-        scores = scores.float()
+        scores = scores.float().contiguous()  # a broadcast view (POP) becomes a matrix we may scan and write
         highest = scores.max()  # one pass: max propagates NaN and is +inf if any score is
         if torch.isnan(highest) or torch.isposinf(highest):
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: scores contain NaN or "
@@ -198,7 +198,6 @@ class Evaluator:
     def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets):
         n_slots = self.split.n_items + 1
         scores = self._check(model.score(users_t, histories, None), (len(chunk), n_slots), model_name)
-        scores = scores.contiguous()  # a broadcast view (POP) becomes a real matrix we may write to
         target_scores = scores.gather(1, targets[:, None])
         # Excluded: padding, every item of the input history, and the target itself (it is not its own rival).
         history_rows, history_items = view.flat(chunk)
