@@ -24,7 +24,7 @@ from models.recurrent import right_align, sequence_windows
 BASELINES = ("ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "lstm")
 RECURRENT = ("gru4rec", "gru4rec+", "lstm")
 
-# Small networks and short training: enough to learn the chain on 2 CPU cores in a few seconds each.
+# Small networks and short training: enough to learn the chain in a few seconds each on one CPU thread.
 SMALL = {
     "ncf": (dict(factors=16, mlp_layers=(64, 32, 16)), dict(lr=5e-3, batch_size=512, max_epochs=30)),
     "fpmc": (dict(hidden=32), dict(lr=1e-2, batch_size=512, max_epochs=15)),
