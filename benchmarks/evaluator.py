@@ -15,6 +15,7 @@ Scoring is batched: one ``score`` call per chunk of users, then vectorised compa
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,31 @@ DEFAULT_METRICS = ("HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR")  # the p
 def _count(mask: torch.Tensor) -> torch.Tensor:
     """Row-wise number of True values; summing the bytes as int32 is twice as fast as a bool sum on CPU."""
     return mask.view(torch.uint8).sum(1, dtype=torch.int32)
+
+
+@contextmanager
+def evaluation_mode(model):
+    """Dropout off and autograd off while scoring; the model's training mode is restored afterwards."""
+    was_training = getattr(model, "training", False)
+    if was_training:
+        model.eval()
+    try:
+        with torch.inference_mode():
+            yield model
+    finally:
+        if was_training:
+            model.train()
+
+
+def history_batches(model, view, rows: np.ndarray, batch_size: int):
+    """Chunks of ``rows`` of ``view`` as (start, rows of the chunk, users, left-padded histories) on the model's
+    device, with as many history items as the model reads."""
+    history_length = max(model.history_length, 1)
+    device = model.device
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        yield (start, chunk, torch.from_numpy(view.users[chunk]).to(device),
+               torch.from_numpy(view.padded(chunk, history_length)).to(device))
 
 
 class ScoreError(ValueError):
@@ -158,30 +184,18 @@ class Evaluator:
         view = self.view(split)
         rows = np.arange(len(view), dtype=np.int64) if users is None else np.asarray(users, dtype=np.int64)
         negatives = self.negatives(split, protocol) if protocol != "full" else None
-        history_length = max(model.history_length, 1)
-        device = model.device
         greater = np.zeros(len(rows), dtype=np.int64)
         ties = np.zeros(len(rows), dtype=np.int64)
-        was_training = getattr(model, "training", False)
-        if was_training:
-            model.eval()
-        try:
-            with torch.inference_mode():
-                for start in range(0, len(rows), self.batch_size):
-                    chunk = rows[start:start + self.batch_size]
-                    users_t = torch.from_numpy(view.users[chunk]).to(device)
-                    histories = torch.from_numpy(view.padded(chunk, history_length)).to(device)
-                    targets = torch.from_numpy(view.targets[chunk]).to(device)
-                    if negatives is None:
-                        g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
-                    else:
-                        g, t = self._sampled_counts(model, model_name, chunk, users_t, histories, targets,
-                                                    torch.from_numpy(negatives[view.users[chunk]]).to(device))
-                    greater[start:start + len(chunk)] = g.cpu().numpy()
-                    ties[start:start + len(chunk)] = t.cpu().numpy()
-        finally:
-            if was_training:
-                model.train()
+        with evaluation_mode(model):
+            for start, chunk, users_t, histories in history_batches(model, view, rows, self.batch_size):
+                targets = torch.from_numpy(view.targets[chunk]).to(histories.device)
+                if negatives is None:
+                    g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
+                else:
+                    g, t = self._sampled_counts(model, model_name, chunk, users_t, histories, targets,
+                                                torch.from_numpy(negatives[view.users[chunk]]).to(histories.device))
+                greater[start:start + len(chunk)] = g.cpu().numpy()
+                ties[start:start + len(chunk)] = t.cpu().numpy()
         return RankCounts(view.users[rows], greater, ties)
 
     def _check(self, scores: torch.Tensor, shape: tuple, model_name: str) -> torch.Tensor:

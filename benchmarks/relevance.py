@@ -34,7 +34,7 @@ from scipy.special import expit
 from scipy.stats import rankdata
 from torch import nn
 
-from benchmarks.evaluator import ScoreError
+from benchmarks.evaluator import ScoreError, evaluation_mode, history_batches
 from benchmarks.negatives import PAIRS, load_or_sample
 from datasets.sequences import LeaveOneOutSplit
 from models.base import Recommender
@@ -216,24 +216,12 @@ class RelevanceEvaluator:
                  probabilities: bool) -> np.ndarray:
         """``predict(users, histories, candidates (B, 2))`` over chunks of user rows, checked, as float64."""
         view, pairs = self.view(split), self.pairs(split)
-        history_length = max(model.history_length, 1)
-        device = model.device
         out = np.zeros((len(rows), 2), dtype=np.float64)
-        was_training = getattr(model, "training", False)
-        if was_training:
-            model.eval()
-        try:
-            with torch.inference_mode():
-                for start in range(0, len(rows), self.batch_size):
-                    chunk = rows[start:start + self.batch_size]
-                    users = torch.from_numpy(view.users[chunk]).to(device)
-                    histories = torch.from_numpy(view.padded(chunk, history_length)).to(device)
-                    candidates = torch.from_numpy(pairs[chunk]).to(device)
-                    values = predict(users, histories, candidates)
-                    out[start:start + len(chunk)] = self._check(values, (len(chunk), 2), model_name, probabilities)
-        finally:
-            if was_training:
-                model.train()
+        with evaluation_mode(model):
+            for start, chunk, users, histories in history_batches(model, view, rows, self.batch_size):
+                candidates = torch.from_numpy(pairs[chunk]).to(histories.device)
+                values = predict(users, histories, candidates)
+                out[start:start + len(chunk)] = self._check(values, (len(chunk), 2), model_name, probabilities)
         return out
 
     def _check(self, values: torch.Tensor, shape: tuple, model_name: str, probabilities: bool) -> np.ndarray:
