@@ -24,13 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from datasets.sequences import PAD, Histories
 from models.base import NeuralRecommender
-from models.transformer import (EncoderConfig, SequenceEncoder, sliding_windows, softmax_cross_entropy, trim_padding,
-                                window_matrix)
+from models.transformer import (EncoderConfig, SequenceEncoder, gelu, sliding_windows, softmax_cross_entropy,
+                                trim_padding, window_matrix)
 
 
 @dataclass
@@ -102,7 +101,7 @@ class BERT4Rec(NeuralRecommender):
     # --------------------------------------------------------------------------------------------- output
     def transform(self, hidden: torch.Tensor) -> torch.Tensor:
         """GELU(h W^P + b^P), then the head's LayerNorm: the left factor of eq. 7."""
-        return self.head_norm(F.gelu(self.projection(hidden)))
+        return self.head_norm(gelu(self.projection(hidden)))
 
     def item_embeddings(self) -> torch.Tensor:
         """E restricted to the real items 1..n (no padding, no [MASK]): the classes of the softmax."""

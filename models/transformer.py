@@ -127,13 +127,20 @@ class MultiHeadAttention(nn.Module):
         return self.out(heads[:, -1] if last_only else layout.pack(heads)), weights
 
 
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact (erf) GELU. On a contiguous CPU float matrix PyTorch calls oneDNN, which compiles and caches one
+    kernel per shape; packed rows have a new shape every batch, so that cache grows by gigabytes over a run.
+    A transposed view takes ATen's own kernel instead, forward and backward: same values, nothing cached."""
+    return F.gelu(x.mT).mT if x.device.type == "cpu" and x.ndim == 2 else F.gelu(x)
+
+
 class FeedForward(nn.Module):
     """PFFN(H) = act(H W⁽¹⁾ + b⁽¹⁾) W⁽²⁾ + b⁽²⁾ (eq. 3)."""
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.inner = nn.Linear(config.hidden, config.ffn_inner)
-        self.act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+        self.act = gelu if config.activation == "gelu" else F.relu
         self.outer = nn.Linear(config.ffn_inner, config.hidden)
 
     def forward(self, x):
