@@ -49,6 +49,10 @@ class SASRecConfig:
     window_step: float = 0.0  # > 0: also train on earlier windows of long sequences, step = window_step·max_len
     init_std: float = 0.02
 
+    def __post_init__(self):
+        if not 0.0 <= self.window_step <= 1.0:
+            raise ValueError(f"window_step must be in [0, 1] (a fraction of max_len), got {self.window_step}")
+
 
 class SASRec(NeuralRecommender):
     name = "sasrec"
@@ -56,8 +60,6 @@ class SASRec(NeuralRecommender):
 
     def __init__(self, n_users: int, n_items: int, config: SASRecConfig):
         super().__init__(n_users, n_items, config)
-        if config.window_step < 0 or config.window_step > 1:
-            raise ValueError(f"window_step must be in [0, 1] (a fraction of max_len), got {config.window_step}")
         self.encoder = SequenceEncoder(EncoderConfig(
             vocab_size=n_items + 1, max_len=config.max_len, hidden=config.hidden, layers=config.layers,
             heads=config.heads, ffn_inner=config.hidden, activation="relu", dropout=config.dropout,
@@ -107,7 +109,7 @@ class SASRec(NeuralRecommender):
         (items,) = trim_padding(histories[:, -self.config.max_len:])
         h, _ = self.encoder(items, last_only=True)  # F_n: the last position's output
         if candidates is None:
-            return h @ self.item_embedding[:self.n_items + 1].T
+            return h @ self.item_embedding.T
         return (self.item_embedding[candidates] @ h[:, :, None]).squeeze(-1)
 
     def attention_maps(self, users, histories) -> torch.Tensor:
