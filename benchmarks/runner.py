@@ -13,6 +13,7 @@ study (those only build different :class:`Job` lists). Each finished evaluation 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import platform
@@ -140,7 +141,11 @@ class PeakMemory:
 # ------------------------------------------------------------------------------------------------- results
 
 class ResultStore:
-    """``results.jsonl`` in an output folder, rewritten atomically on every append."""
+    """``results.jsonl`` in an output folder, rewritten atomically on every change.
+
+    Every change re-reads the file under an exclusive lock, so that runs sharing one folder (two processes
+    on one machine, or a rerun beside a running job) keep each other's rows instead of overwriting them.
+    """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -152,19 +157,21 @@ class ResultStore:
         return set(protocols) <= have
 
     def drop(self, run_id: str) -> None:
-        self.rows = [row for row in self.rows if row["run_id"] != run_id]
-        self._write()
+        self._update(lambda row: row["run_id"] != run_id)
 
     def append(self, row: dict) -> None:
-        self.rows = [r for r in self.rows if (r["run_id"], r["protocol"]) != (row["run_id"], row["protocol"])]
-        self.rows.append(row)
-        self._write()
+        key = (row["run_id"], row["protocol"])
+        self._update(lambda kept: (kept["run_id"], kept["protocol"]) != key, row)
 
-    def _write(self) -> None:
+    def _update(self, keep, new_row: dict | None = None) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows))
-        tmp.replace(self.path)
+        with open(self.folder / "results.jsonl.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            rows = read_results(self.path) if self.path.exists() else []
+            self.rows = [row for row in rows if keep(row)] + ([new_row] if new_row is not None else [])
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows))
+            tmp.replace(self.path)
 
 
 def read_results(path: Path) -> list[dict]:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from benchmarks.evaluator import RankCounts, per_user_metrics
-from benchmarks.runner import Job, read_results, run_jobs
+from benchmarks.runner import Job, ResultStore, read_results, run_jobs
 from datasets.sequences import SequenceData
 
 REQUIRED_KEYS = {"dataset", "model", "seed", "protocol", "metrics", "dataset_info", "hyperparameters", "task",
@@ -75,6 +75,18 @@ def test_corrupt_results_file_names_the_line(tmp_path):
     path.write_text('{"a": 1}\n{broken\n')
     with pytest.raises(ValueError, match="results.jsonl, line 2"):
         read_results(path)
+
+
+def test_two_stores_on_one_folder_keep_each_others_rows(tmp_path):
+    """Two runs writing into one output folder (two processes) must not overwrite each other's rows."""
+    first, second = ResultStore(tmp_path), ResultStore(tmp_path)
+    first.append({"run_id": "a", "protocol": "full"})
+    second.append({"run_id": "b", "protocol": "full"})
+    first.append({"run_id": "a", "protocol": "pop100"})
+    second.drop("b")
+    second.append({"run_id": "b", "protocol": "pop100"})
+    assert [(r["run_id"], r["protocol"]) for r in read_results(tmp_path / "results.jsonl")] == [
+        ("a", "full"), ("a", "pop100"), ("b", "pop100")]
 
 
 def test_unknown_model_in_job_is_explained(tmp_path, chain_data):
