@@ -77,7 +77,7 @@ def test_training_examples_are_windows_copied_dupe_factor_times_plus_last_item_s
     m = model(max_len=4, window_step=0.5, dupe_factor=3)
     examples = m.training_examples(train_view([np.arange(1, 8), np.array([20, 21])]))
     windows = [[4, 5, 6, 7], [2, 3, 4, 5], [1, 2, 3, 4], [0, 0, 20, 21]]  # 7 items: begins 3, 1, 0 (step 2)
-    assert examples["items"].tolist() == windows * 4
+    assert m.windows.tolist() == windows and examples["window"].tolist() == [0, 1, 2, 3] * 4
     assert examples["last"].tolist() == [False] * 12 + [True] * 4
 
 
