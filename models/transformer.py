@@ -31,8 +31,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from datasets.sequences import PAD, Histories
+
+
+_ATTENTION_SLICE_FLOATS = 1 << 21  # attention weights per recomputed slice in CPU training (8 MB)
 
 
 @dataclass(frozen=True)
@@ -120,11 +124,28 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             weights = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + mask).softmax(-1)
             heads = F.dropout(weights, self.dropout, self.training) @ v
+        elif self.training and self.dropout > 0 and q.device.type == "cpu" and torch.is_grad_enabled():
+            heads = self._recomputed_attention(q, k, v, mask)
         else:
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype),
-                                                   dropout_p=self.dropout if self.training else 0.0)
+            heads = self._attend(q, k, v, mask)
         heads = heads.transpose(1, 2).flatten(2)  # (B, Tq, d): [head_1; …; head_h]
         return self.out(heads[:, -1] if last_only else layout.pack(heads)), weights
+
+
+    def _attend(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype),
+                                              dropout_p=self.dropout if self.training else 0.0)
+
+    def _recomputed_attention(self, q, k, v, mask):
+        """Eq. 2 with attention dropout, for CPU training. PyTorch's fused CPU kernel has no dropout, so the
+        fallback keeps the (B, h, T, T) weights, the dropout mask and the dropped weights of every layer until
+        the backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here each slice of the batch is
+        recomputed in the backward pass instead (with the same dropout mask: the RNG state is replayed), so only
+        q, k, v are kept and one slice's weights exist at a time; the price is a second forward of eq. 2."""
+        rows = max(1, _ATTENTION_SLICE_FLOATS // (q.shape[1] * q.shape[2] * k.shape[2]))
+        return torch.cat([checkpoint(self._attend, q[i:i + rows], k[i:i + rows], v[i:i + rows],
+                                     mask[i:i + rows], use_reentrant=False)
+                          for i in range(0, len(q), rows)])
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,9 @@ from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 from models import model_class
 from models.pop import Pop
 from models.sasrec import SASRec, SASRecCE, SASRecConfig
-from models.transformer import sliding_windows, softmax_cross_entropy, window_matrix
+import models.transformer as transformer
+from models.transformer import (EncoderConfig, MultiHeadAttention, sliding_windows, softmax_cross_entropy,
+                                window_matrix)
 
 
 @pytest.fixture(autouse=True)
@@ -211,6 +213,33 @@ def test_sasrec_examples_are_windows_of_max_len_plus_one():
 
 
 # -------------------------------------------------------------------------------------------------- losses
+def test_recomputed_attention_replays_its_dropout_masks(monkeypatch):
+    """CPU training recomputes eq. 2 slice by slice in the backward pass: outputs and gradients must equal
+    those of the same slices computed directly with the same random state (same dropout masks)."""
+    monkeypatch.setattr(transformer, "_ATTENTION_SLICE_FLOATS", 2 * 2 * 6 * 6)  # 2 sequences a slice
+    attention = MultiHeadAttention(EncoderConfig(vocab_size=10, max_len=6, hidden=8, heads=2,
+                                                 attention_dropout=0.5)).train()
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(5, 2, 6, 4, generator=generator) for _ in range(3))
+    mask = torch.zeros(5, 1, 6, 6)
+    mask[:, :, :, :2] = float("-inf")  # two padding keys
+
+    def run(attend):
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        torch.manual_seed(1)
+        out = attend(*inputs, mask)
+        (out * torch.arange(out.numel()).view_as(out).sin()).sum().backward()
+        return out, [t.grad for t in inputs]
+
+    direct = lambda *a: torch.cat([attention._attend(*(t[i:i + 2] for t in a)) for i in range(0, 5, 2)])
+    out, grads = run(attention._recomputed_attention)
+    expected, expected_grads = run(direct)
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert not torch.allclose(out, attention.eval()._attend(q, k, v, mask), atol=1e-3)  # dropout was applied
+    for grad, expected_grad in zip(grads, expected_grads):
+        assert torch.allclose(grad, expected_grad, atol=1e-6)
+
+
 def test_chunked_softmax_cross_entropy_matches_the_plain_one_with_gradients():
     torch.manual_seed(0)
     hidden, weight, bias = (torch.randn(*shape, requires_grad=True) for shape in [(500, 8), (70, 8), (70,)])
