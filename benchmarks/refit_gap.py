@@ -26,7 +26,7 @@ import torch
 
 from benchmarks.config import resolve
 from benchmarks.evaluator import Evaluator
-from benchmarks.runner import ROOT, default_cache_dir, describe_device, git_commit, write_json
+from benchmarks.runner import ROOT, default_cache_dir, describe_device, git_commit, validation_users, write_json
 from datasets import load_dataset
 from datasets.sequences import Histories, LeaveOneOutSplit
 from models import model_class
@@ -68,9 +68,10 @@ def main(argv=None) -> int:
     for name in args.models:
         config = resolve(name, data.name, "paper", args.overrides)
         settings = dataclasses.replace(config.train, seed=args.seed)
+        valid_users = validation_users(settings, data.n_users, args.seed)  # as the runner selects
 
         def validate(model):
-            return evaluator.evaluate(model, "valid", settings.valid_protocol, name).metrics
+            return evaluator.evaluate(model, "valid", settings.valid_protocol, name, valid_users).metrics
 
         started = time.perf_counter()
         protocol_run = train_and_test(name, data, config.model, split.train(), settings, validate, evaluator,

@@ -252,6 +252,14 @@ def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "s
     return written
 
 
+def validation_users(settings, n_users: int, seed: int) -> np.ndarray | None:
+    """The fixed random subset of user rows validated on when ``settings.valid_users`` asks for one, else None
+    (every user)."""
+    if settings.valid_users and settings.valid_users < n_users:
+        return np.sort(np.random.default_rng(seed).choice(n_users, settings.valid_users, replace=False))
+    return None
+
+
 def run_one(job: Job, data, split, config, protocols, device, negatives_dir, checkpoint, output, progress,
             commit, versions, log) -> list[dict]:
     torch.manual_seed(job.seed)
@@ -265,10 +273,7 @@ def run_one(job: Job, data, split, config, protocols, device, negatives_dir, che
     model = cls(data.n_users, data.n_items, config.model)
     if isinstance(model, torch.nn.Module):
         model.to(device)
-    valid_users = None
-    if settings.valid_users and settings.valid_users < data.n_users:
-        valid_users = np.sort(np.random.default_rng(job.seed).choice(data.n_users, settings.valid_users,
-                                                                       replace=False))
+    valid_users = validation_users(settings, data.n_users, job.seed)
 
     if isinstance(model, RelevanceModel):  # trained for relevance: selected on the validation pairs
         if settings.valid_metric not in SELECTION_METRICS:

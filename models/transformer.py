@@ -131,7 +131,6 @@ class MultiHeadAttention(nn.Module):
         heads = heads.transpose(1, 2).flatten(2)  # (B, Tq, d): [head_1; …; head_h]
         return self.out(heads[:, -1] if last_only else layout.pack(heads)), weights
 
-
     def _attend(self, q, k, v, mask):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype),
                                               dropout_p=self.dropout if self.training else 0.0)

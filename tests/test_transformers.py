@@ -7,10 +7,10 @@ import torch
 from benchmarks.evaluator import Evaluator
 from benchmarks.trainer import TrainSettings
 from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
+import models.transformer as transformer
 from models import model_class
 from models.pop import Pop
 from models.sasrec import SASRec, SASRecCE, SASRecConfig
-import models.transformer as transformer
 from models.transformer import (EncoderConfig, MultiHeadAttention, sliding_windows, softmax_cross_entropy,
                                 window_matrix)
 
