@@ -22,7 +22,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from benchmarks.config import PROFILES
     from benchmarks.evaluator import PROTOCOLS
     from benchmarks.negatives import PAIRS
-    from benchmarks.runner import TASKS
+    from benchmarks.jobs import TASKS
     from datasets import DATASET_NAMES
     from models import model_names
 
@@ -86,7 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from benchmarks.config import check_overrides
-    from benchmarks.runner import Job, print_tables, run_jobs
+    from benchmarks.jobs import Job
+    from benchmarks.runner import print_tables, run_jobs
+    from benchmarks.store import read_results
 
     try:
         check_overrides(args.overrides, args.models)
@@ -100,8 +102,6 @@ def main(argv=None) -> int:
           f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols} -> {output}/")
     run_jobs(jobs, protocols=args.protocols, profile=args.profile, device=args.device, data_dir=args.data_dir,
              cache_dir=args.cache_dir, output=output, resume=args.resume, progress=not args.quiet)
-    from benchmarks.runner import read_results
-
     rows = [row for row in read_results(output / "results.jsonl")
             if row["run_id"] in {job.run_id for job in jobs}]
     table = print_tables(rows)

@@ -13,15 +13,7 @@ study (those only build different :class:`Job` lists). Each finished evaluation 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import json
-import os
-import platform
-import re
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,177 +22,19 @@ import torch
 
 from benchmarks.config import resolve
 from benchmarks.evaluator import Evaluator
+from benchmarks.jobs import Job
 from benchmarks.negatives import PAIRS
+from benchmarks.provenance import PeakMemory, describe_device, git_commit, library_versions
+from benchmarks.store import ResultStore, write_json
 from benchmarks.relevance import SELECTION_METRICS, TASK as RELEVANCE, RelevanceEvaluator, calibrate
-from benchmarks.trainer import resolve_device
-from datasets import load_dataset
+from benchmarks.trainer import fit_model, resolve_device
+from datasets import load_dataset, resolve_cache_dir, resolve_data_dir
 from datasets.sequences import LeaveOneOutSplit
 from models import model_class
 from models.relevance import RelevanceModel
 
-ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 1
-TASKS = ("next-item", RELEVANCE)
 
-
-@dataclass(frozen=True)
-class Job:
-    """One training run: a model on a dataset with a seed, optionally a study's variant of it."""
-
-    dataset: str
-    model: str
-    seed: int
-    study: str = "main"
-    variant: str | None = None  # the study's row label, e.g. "w/o PE"
-    sweep: dict | None = field(default=None, hash=False)  # {"param": ..., "value": ...} for sensitivity
-    overrides: tuple = ()  # "field=value" strings applied after the profile
-    task: str = "next-item"  # or "relevance"
-
-    def __post_init__(self):
-        if self.task not in TASKS:
-            raise ValueError(f"unknown task {self.task!r}; expected one of {TASKS}")
-
-    def _parts(self) -> list[str]:
-        return ([self.dataset, self.model] + ([self.variant] if self.variant else [])
-                + ([self.task] if self.task != "next-item" else []) + [f"seed{self.seed}"])
-
-    def protocols(self, ranking: tuple) -> tuple:
-        """The protocols of this job's result rows: the given ranking protocols, or the relevance pairs."""
-        return (PAIRS,) if self.task == RELEVANCE else tuple(ranking)
-
-    @property
-    def run_id(self) -> str:
-        return "/".join(self._parts())
-
-    @property
-    def file_stem(self) -> str:
-        """``run_id`` as a file name: parts joined by ``__``, other characters than [A-Za-z0-9_.=+-] as ``-``."""
-        return "__".join(re.sub(r"[^A-Za-z0-9_.=+-]+", "-", part) for part in self._parts())
-
-
-# ---------------------------------------------------------------------------------------------- provenance
-
-def git_commit() -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        # Changed code makes a result "-dirty"; rewritten result files (results/reference/) do not.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
-                               cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def library_versions() -> dict:
-    import pandas
-    import scipy
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "scipy": scipy.__version__, "pandas": pandas.__version__, "platform": platform.platform()}
-
-
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
-
-
-class PeakMemory:
-    """Peak memory of one job: CUDA's allocator peak on GPU, the process's peak RSS (VmHWM) on CPU.
-
-    On Linux the RSS peak is reset per job through ``/proc/self/clear_refs``; where that is not possible the
-    figure is the process's peak so far, which can only overstate a job's own peak.
-    """
-
-    def __init__(self, device: torch.device):
-        self.device = device
-
-    def reset(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            try:
-                Path("/proc/self/clear_refs").write_text("5")
-            except OSError:
-                pass
-
-    def peak_mb(self) -> float:
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        try:
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-# ------------------------------------------------------------------------------------------------- results
-
-class ResultStore:
-    """``results.jsonl`` in an output folder, rewritten atomically on every change.
-
-    Every change re-reads the file under an exclusive lock, so that runs sharing one folder (two processes
-    on one machine, or a rerun beside a running job) keep each other's rows instead of overwriting them.
-    """
-
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
-        self.path = self.folder / "results.jsonl"
-        self.rows = read_results(self.path) if self.path.exists() else []
-
-    def done(self, run_id: str, protocols) -> bool:
-        have = {row["protocol"] for row in self.rows if row["run_id"] == run_id}
-        return set(protocols) <= have
-
-    def drop(self, run_id: str) -> None:
-        self._update(lambda row: row["run_id"] != run_id)
-
-    def append(self, row: dict) -> None:
-        key = (row["run_id"], row["protocol"])
-        self._update(lambda kept: (kept["run_id"], kept["protocol"]) != key, row)
-
-    def _update(self, keep, new_row: dict | None = None) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / "results.jsonl.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            rows = read_results(self.path) if self.path.exists() else []
-            self.rows = [row for row in rows if keep(row)] + ([new_row] if new_row is not None else [])
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows))
-            tmp.replace(self.path)
-
-
-def read_results(path: Path) -> list[dict]:
-    rows = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); fix or delete that line "
-                             f"and rerun with --resume") from None
-    return rows
-
-
-def write_json(path: Path, payload) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    tmp.replace(path)
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("RECBENCH_CACHE_DIR", Path.home() / ".cache" / "recbench"))
-
-
-# ----------------------------------------------------------------------------------------------------- run
 
 def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "smoke", device: str = "auto",
              data_dir: str | None = None, cache_dir: str | None = None, output: Path,
@@ -213,13 +47,13 @@ def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "s
     """
     output = Path(output)
     torch_device = resolve_device(device)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    cache = resolve_cache_dir(cache_dir)
     store = ResultStore(output)
     resolved = {(job.dataset, job.model, job.run_id): resolve(job.model, job.dataset, profile, job.overrides)
                 for job in jobs}  # fails early on a bad config, before any training
     write_json(output / "config.json", {
         "profile": profile, "protocols": list(protocols), "device": describe_device(torch_device),
-        "data_dir": str(data_dir) if data_dir else os.environ.get("RECBENCH_DATA_DIR"),
+        "data_dir": str(resolve_data_dir(data_dir)) if resolve_data_dir(data_dir) else None,
         "jobs": [{**dataclasses.asdict(job), "run_id": job.run_id,
                   **resolved[(job.dataset, job.model, job.run_id)].as_dict()} for job in jobs]})
     commit, versions = git_commit(), library_versions()
@@ -289,7 +123,7 @@ def run_one(job: Job, data, split, config, protocols, device, negatives_dir, che
         def validate(current) -> dict:
             return evaluator.evaluate(current, "valid", settings.valid_protocol, job.model, valid_users).metrics
 
-    fit = model.fit(split.train(), validate, settings)
+    fit = fit_model(model, split.train(), validate, settings)
     info = {"sha256": data.content_sha256(), "stats": data.stats(), "provenance": data.provenance}
 
     def result_row(protocol, tie_policy, metrics, users_evaluated, per_user, eval_seconds, **extra) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.config import check_overrides, parse_override
-from benchmarks.runner import Job
+from benchmarks.jobs import Job
 from benchmarks.trainer import TrainSettings
 from models import model_class
 
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     run_jobs(jobs, protocols=args.protocols, profile=args.profile, device=args.device,
                     data_dir=args.data_dir, cache_dir=args.cache_dir, output=output, resume=args.resume,
                     progress=not args.quiet)
-    from benchmarks.runner import read_results
+    from benchmarks.store import read_results
 
     run_ids = {job.run_id for job in jobs}
     rows = [row for row in read_results(output / "results.jsonl") if row["run_id"] in run_ids]

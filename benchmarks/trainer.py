@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from datasets.sequences import Histories
-from models.base import NeuralRecommender, Validator
+from models.base import NeuralRecommender, Recommender, Validator
 
 
 @dataclass
@@ -62,6 +62,14 @@ def resolve_device(name: str) -> torch.device:
     if name != "cpu" and not name.startswith("cuda"):
         raise ValueError(f"unknown device {name!r}; expected auto, cpu or cuda[:N]")
     return torch.device(name)
+
+
+def fit_model(model: Recommender, train: Histories, validate: Validator | None, settings: TrainSettings) -> dict:
+    """The harness's one way to fit any model: a neural model by the shared :class:`Trainer`, any other (POP)
+    by its own ``fit``. Returns the fit report (epochs run, best epoch, best validation value, curve, seconds)."""
+    if isinstance(model, NeuralRecommender):
+        return Trainer(settings).fit(model, train, validate)
+    return model.fit(train)
 
 
 class Trainer:

@@ -1,9 +1,10 @@
 """The one interface every model implements (``architecture.md``, "The common model interface").
 
 A model is built from its hyper-parameters (a dataclass ``Config``) and the dataset's sizes, fitted on the
-training view (the trainer validates it through a callback that never exposes the test split), and scores
-batches of histories against all items or against given candidate lists. Models never read files and never
-compute metrics.
+training view, and scores batches of histories against all items or against given candidate lists. The harness
+fits it (``benchmarks.trainer.fit_model``): a neural model through the shared trainer, which validates it through
+a callback that never exposes the test split; any other model through its own ``fit``. Models never read files,
+never compute metrics and never import the harness.
 
 Conventions for :meth:`Recommender.score`:
 - ``users``: ``(B,)`` user rows; ``histories``: ``(B, history_length)`` item ids, *left*-padded with 0 so the
@@ -26,7 +27,8 @@ Validator = Callable[["Recommender"], dict]
 
 
 class Recommender(ABC):
-    """Base of all models, neural or not."""
+    """Base of all models, neural or not. A model without gradient training (POP) also defines
+    ``fit(train) -> dict``, its fit report (epochs run, best epoch, the validation curve, train seconds)."""
 
     name: ClassVar[str]
     Config: ClassVar[type]
@@ -46,10 +48,6 @@ class Recommender(ABC):
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
-
-    @abstractmethod
-    def fit(self, train: Histories, validate: Validator | None, settings) -> dict:
-        """Learn from ``train``; return a fit report (epochs run, best epoch, the validation curve)."""
 
     @abstractmethod
     def score(self, users: torch.Tensor, histories: torch.Tensor,
@@ -89,8 +87,3 @@ class NeuralRecommender(nn.Module, Recommender):
     @abstractmethod
     def loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
         """The training loss of one batch; random draws (negatives, masks) use ``generator``."""
-
-    def fit(self, train: Histories, validate: Validator | None, settings) -> dict:
-        from benchmarks.trainer import Trainer  # the trainer imports models; import late to avoid a cycle
-
-        return Trainer(settings).fit(self, train, validate)

@@ -24,7 +24,7 @@ class Pop(Recommender):
         super().__init__(n_users, n_items, config or PopConfig())
         self.counts = torch.zeros(n_items + 1)
 
-    def fit(self, train: Histories, validate=None, settings=None) -> dict:
+    def fit(self, train: Histories) -> dict:
         started = time.perf_counter()
         # Counts from training interactions only: validation and test items must not leak into the ranking.
         self.counts = torch.from_numpy(np.bincount(train.items, minlength=self.n_items + 1).astype(np.float32))

@@ -15,7 +15,7 @@ import torch
 
 from benchmarks.config import resolve
 from benchmarks.evaluator import Evaluator
-from benchmarks.trainer import TrainSettings
+from benchmarks.trainer import Trainer, TrainSettings
 from datasets.sequences import PAD, Histories, LeaveOneOutSplit, SequenceData
 from models import model_class, model_names
 from models.caser import caser_windows
@@ -89,7 +89,7 @@ def trained(chain):
     models = {}
     for name in BASELINES:
         model = build(name, chain.data)
-        model.fit(chain.train(), None, settings(name))
+        Trainer(settings(name)).fit(model, chain.train(), None)
         model.eval()
         models[name] = model
     return models
@@ -251,7 +251,7 @@ def test_interrupted_training_resumes_to_the_same_weights(name, tmp_path):
     split = LeaveOneOutSplit(chain_data(n_users=40, n_items=60, length=10, seed=3, name="tiny"))
     quick = dict(max_epochs=4, batch_size=64)
     reference = build(name, split.data)
-    reference.fit(split.train(), None, settings(name, **quick))
+    Trainer(settings(name, **quick)).fit(reference, split.train(), None)
 
     checkpoint = tmp_path / "run.pt"
     calls = {"n": 0}
@@ -264,9 +264,9 @@ def test_interrupted_training_resumes_to_the_same_weights(name, tmp_path):
 
     interrupted = build(name, split.data)
     with pytest.raises(KeyboardInterrupt):
-        interrupted.fit(split.train(), crash_at_third_validation, settings(name, checkpoint=str(checkpoint), **quick))
+        Trainer(settings(name, checkpoint=str(checkpoint), **quick)).fit(interrupted, split.train(), crash_at_third_validation)
     resumed = build(name, split.data, seed=99)  # a different init: everything must come from the checkpoint
-    report = resumed.fit(split.train(), None, settings(name, checkpoint=str(checkpoint), **quick))
+    report = Trainer(settings(name, checkpoint=str(checkpoint), **quick)).fit(resumed, split.train(), None)
     assert report["epochs_run"] == 4
     for (key, expected), actual in zip(reference.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(expected, actual), f"{name}: {key} differs after resuming"
@@ -278,7 +278,7 @@ def test_smoke_profile_resolves_and_trains(name, tmp_path):
     data = chain_data(n_users=60, n_items=80, length=12, seed=4, name="synthetic")
     split = LeaveOneOutSplit(data)
     model = model_class(name)(data.n_users, data.n_items, config.model)
-    report = model.fit(split.train(), None, dataclasses.replace(config.train, max_epochs=1, progress=False))
+    report = Trainer(dataclasses.replace(config.train, max_epochs=1, progress=False)).fit(model, split.train(), None)
     assert report["epochs_run"] == 1
     for paper in ("ml-1m", "beauty"):
         resolve(name, paper, "paper")  # every dataset's paper profile is valid

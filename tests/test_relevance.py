@@ -15,8 +15,8 @@ import run_all
 from benchmarks.evaluator import ScoreError
 from benchmarks.relevance import (PAIR_LABELS, PlattScaling, RelevanceEvaluator, accuracy, calibrate, log_loss,
                                   relevance_metrics, roc_auc)
-from benchmarks.runner import read_results
-from benchmarks.trainer import TrainSettings
+from benchmarks.store import read_results
+from benchmarks.trainer import Trainer, TrainSettings
 from datasets import generate
 from datasets.sequences import LeaveOneOutSplit
 from models import model_class
@@ -175,7 +175,7 @@ def test_relevance_models_learn_and_judge_candidates_consistently(split, name):
     model = cls(split.data.n_users, split.n_items, cls.Config(**SMALL[name][0]))
     evaluator = RelevanceEvaluator(split, seed=0)
     settings = TrainSettings(**SMALL[name][1], valid_metric="AUC", patience=100, progress=False, seed=0)
-    fit = model.fit(split.train(), lambda current: evaluator.evaluate(current, "valid", name).metrics, settings)
+    fit = Trainer(settings).fit(model, split.train(), lambda current: evaluator.evaluate(current, "valid", name).metrics)
     assert "valid_AUC" in fit["curve"][0]
     result = evaluator.evaluate(model, "test", name)
     assert result.metrics["AUC"] > 0.7 and result.metrics["accuracy"] > 0.6, result.metrics

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from benchmarks.evaluator import RankCounts, per_user_metrics
-from benchmarks.runner import Job, ResultStore, read_results, run_jobs
+from benchmarks.jobs import Job
+from benchmarks.runner import run_jobs
+from benchmarks.store import ResultStore, read_results
 from datasets.sequences import SequenceData
 
 REQUIRED_KEYS = {"dataset", "model", "seed", "protocol", "metrics", "dataset_info", "hyperparameters", "task",

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.trainer import TrainSettings, resolve_device
+from benchmarks.trainer import Trainer, TrainSettings, resolve_device
 from datasets.sequences import LeaveOneOutSplit, SequenceData
 from models.bprmf import BPRMF, BPRMFConfig
 
@@ -39,7 +39,7 @@ def scripted_validator(values):
 def test_early_stopping_keeps_the_best_weights():
     model = new_model()
     validate, snapshots = scripted_validator([0.1, 0.3, 0.2, 0.25, 0.9])
-    report = model.fit(toy_split().train(), validate, settings())
+    report = Trainer(settings()).fit(model, toy_split().train(), validate)
     assert report["epochs_run"] == 4  # two validations without improvement after epoch 2
     assert report["best_epoch"] == 2 and report["best_valid"] == pytest.approx(0.3)
     assert torch.equal(model.item_factors.weight, snapshots[1])
@@ -50,11 +50,11 @@ def test_early_stopping_keeps_the_best_weights():
 def test_same_seed_same_weights_on_cpu():
     split = toy_split()
     first, second = new_model(), new_model()
-    first.fit(split.train(), None, settings(max_epochs=3))
-    second.fit(split.train(), None, settings(max_epochs=3))
+    Trainer(settings(max_epochs=3)).fit(first, split.train(), None)
+    Trainer(settings(max_epochs=3)).fit(second, split.train(), None)
     assert torch.equal(first.item_factors.weight, second.item_factors.weight)
     third = new_model()
-    third.fit(split.train(), None, settings(max_epochs=3, seed=2))
+    Trainer(settings(max_epochs=3, seed=2)).fit(third, split.train(), None)
     assert not torch.equal(first.item_factors.weight, third.item_factors.weight)
 
 
@@ -62,7 +62,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     split = toy_split()
     values = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
     reference = new_model()
-    reference.fit(split.train(), scripted_validator(values)[0], settings())
+    Trainer(settings()).fit(reference, split.train(), scripted_validator(values)[0])
 
     checkpoint = tmp_path / "run.pt"
     calls = {"n": 0}
@@ -75,24 +75,24 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
 
     interrupted = new_model()
     with pytest.raises(KeyboardInterrupt):
-        interrupted.fit(split.train(), crash_at_epoch_4, settings(checkpoint=str(checkpoint)))
+        Trainer(settings(checkpoint=str(checkpoint))).fit(interrupted, split.train(), crash_at_epoch_4)
     assert checkpoint.exists()
 
     resumed = new_model(seed=123)  # different init: everything must come from the checkpoint
-    report = resumed.fit(split.train(), scripted_validator(values[3:])[0], settings(checkpoint=str(checkpoint)))
+    report = Trainer(settings(checkpoint=str(checkpoint))).fit(resumed, split.train(), scripted_validator(values[3:])[0])
     assert report["epochs_run"] == 6
     assert torch.equal(resumed.item_factors.weight, reference.item_factors.weight)
 
     # A finished checkpoint just restores the best weights: no more training.
     again = new_model(seed=5)
-    report = again.fit(split.train(), None, settings(checkpoint=str(checkpoint)))
+    report = Trainer(settings(checkpoint=str(checkpoint))).fit(again, split.train(), None)
     assert report["epochs_run"] == 6
     assert torch.equal(again.item_factors.weight, reference.item_factors.weight)
 
 
 def test_time_budget_stops_training():
     model = new_model()
-    report = model.fit(toy_split().train(), None, settings(max_epochs=10_000, time_budget_s=0.5))
+    report = Trainer(settings(max_epochs=10_000, time_budget_s=0.5)).fit(model, toy_split().train(), None)
     assert report["epochs_run"] < 10_000
     assert report["train_seconds"] < 5
 
@@ -112,4 +112,4 @@ def test_diverging_loss_is_reported():
     with torch.no_grad():
         model.user_factors.weight[0] = float("nan")
     with pytest.raises(FloatingPointError, match="lower the learning rate"):
-        model.fit(toy_split().train(), None, settings())
+        Trainer(settings()).fit(model, toy_split().train(), None)

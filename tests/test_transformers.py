@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmarks.evaluator import Evaluator
-from benchmarks.trainer import TrainSettings
+from benchmarks.trainer import Trainer, TrainSettings
 from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 import models.transformer as transformer
 from models import model_class
@@ -293,7 +293,7 @@ def chain():
 
 def fit_and_score(model, chain, settings) -> float:
     data, split, evaluator, _ = chain
-    model.fit(split.train(), None, settings)
+    Trainer(settings).fit(model, split.train(), None)
     return evaluator.evaluate(model, "test", "pop100").metrics["NDCG@10"]
 
 

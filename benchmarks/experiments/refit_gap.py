@@ -12,7 +12,7 @@ trains every model on ``s[:-1]``. This script measures the difference for the mo
 The test item is never trained on in either. The second number breaks ``protocol.md`` (the validation target
 becomes training data), so it is evidence for a closing note, never a row of a results table.
 
-    python -m benchmarks.refit_gap --dataset ml-1m --models bprmf ncf --data-dir ../shared/data
+    python -m benchmarks.experiments.refit_gap --dataset ml-1m --models bprmf ncf --data-dir ../shared/data
 """
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ import torch
 
 from benchmarks.config import resolve
 from benchmarks.evaluator import Evaluator
-from benchmarks.runner import ROOT, default_cache_dir, describe_device, git_commit, validation_users, write_json
-from datasets import load_dataset
+from benchmarks.provenance import ROOT, describe_device, git_commit
+from benchmarks.runner import validation_users
+from benchmarks.store import write_json
+from benchmarks.trainer import Trainer
+from datasets import load_dataset, resolve_cache_dir
 from datasets.sequences import Histories, LeaveOneOutSplit
 from models import model_class
 
@@ -50,7 +53,7 @@ def train_and_test(name, data, config, train: Histories, settings, validate, eva
                    protocols) -> dict:
     torch.manual_seed(settings.seed)
     model = model_class(name)(data.n_users, data.n_items, config)
-    fit = model.fit(train, validate, settings)
+    fit = Trainer(settings).fit(model, train, validate)
     metrics = {protocol: evaluator.evaluate(model, "test", protocol, name).metrics for protocol in protocols}
     return {"epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
             "train_seconds": round(fit["train_seconds"], 1), "metrics": metrics}
@@ -58,7 +61,7 @@ def train_and_test(name, data, config, train: Histories, settings, validate, eva
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    cache = resolve_cache_dir(args.cache_dir)
     data = load_dataset(args.dataset, data_dir=args.data_dir, cache_dir=cache)
     split = LeaveOneOutSplit(data)
     evaluator = Evaluator(split, seed=args.seed, cache_dir=cache / "negatives")
@@ -88,7 +91,7 @@ def main(argv=None) -> int:
                   f"{refit['NDCG@10']:.4f} (refit on s[:-1], {refit_run['epochs_run']} epochs)  "
                   f"HR@10 {ours['HR@10']:.4f} -> {refit['HR@10']:.4f}")
     path = Path(args.output) / f"refit-gap-{args.dataset}.json"
-    write_json(path, {"command": "python -m benchmarks.refit_gap " + " ".join(sys.argv[1:]),
+    write_json(path, {"command": "python -m benchmarks.experiments.refit_gap " + " ".join(sys.argv[1:]),
                       "dataset": args.dataset, "dataset_sha256": data.content_sha256(), "seed": args.seed,
                       "device": describe_device(torch.device("cpu")), "commit": git_commit(),
                       "note": "refit_on_s[:-1] trains on the validation item: outside protocol.md, evidence only",

@@ -2,9 +2,9 @@
 every user, and peak memory, with the paper's ML-1m shape (N = 200, d = 64, L = 2, h = 2, batch 256) and
 Beauty's (54,542 items, N = 50).
 
-    python -m benchmarks.speed_transformers                          # real data from $RECBENCH_DATA_DIR
-    python -m benchmarks.speed_transformers --data-dir ../shared/data --datasets ml-1m --batches 20
-    python -m benchmarks.speed_transformers --synthetic              # generated data of the same shape
+    python -m benchmarks.experiments.speed_transformers                          # real data from $RECBENCH_DATA_DIR
+    python -m benchmarks.experiments.speed_transformers --data-dir ../shared/data --datasets ml-1m --batches 20
+    python -m benchmarks.experiments.speed_transformers --synthetic              # generated data of the same shape
 
 Training is timed through the shared :class:`benchmarks.trainer.Trainer` on ``--batches`` batches of randomly
 chosen users (after one warm-up batch); an epoch is one pass over every user's sequence (BERT4Rec: one Cloze
@@ -31,12 +31,12 @@ import torch
 
 from benchmarks.config import resolve
 from benchmarks.evaluator import Evaluator
-from benchmarks.runner import PeakMemory, describe_device
+from benchmarks.provenance import PeakMemory, describe_device
 from benchmarks.trainer import Trainer
 from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 from models import model_class
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("sasrec", "sasrec-ce", "bert4rec")
 # The shape every model is timed with (the brief's ML-1m paper configuration); the rest is the model's config.
 SHAPE = ("hidden=64", "layers=2", "heads=2", "batch_size=256")
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
-        "command": " ".join(["python -m benchmarks.speed_transformers", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python -m benchmarks.experiments.speed_transformers", *(sys.argv[1:] if argv is None else argv)]),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": args.threads or torch.get_num_threads(), "torch": torch.__version__},
         "results": results}, indent=2) + "\n")

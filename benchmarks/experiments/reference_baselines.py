@@ -1,7 +1,7 @@
 """Reference numbers for the baselines under a fixed CPU budget: POP, BPR-MF, NCF, FPMC, GRU4Rec, GRU4Rec+,
 Caser and LSTM (plus SASRec and SASRec-CE when registered), paper profile, tested under ``full`` and ``pop100``.
 
-    python -m benchmarks.reference_baselines --datasets ml-1m --budget-min 5 --data-dir ../shared/data
+    python -m benchmarks.experiments.reference_baselines --datasets ml-1m --budget-min 5 --data-dir ../shared/data
 
 Every model trains through :func:`benchmarks.runner.run_jobs` (one job at a time) with its paper profile and a
 wall-clock cap of ``--budget-min`` minutes (validation included); early stopping may end it sooner. The runner's
@@ -21,11 +21,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.runner import Job, read_results, run_jobs, write_json
+from benchmarks.jobs import Job
+from benchmarks.runner import run_jobs
+from benchmarks.store import read_results, write_json
 from models import model_names
 from reports.published import PUBLISHED_PROTOCOL, load_published
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ("pop", "bprmf", "ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "lstm")
 OPTIONAL = ("sasrec", "sasrec-ce")  # the Transformer baselines, when they are registered
 COMPARED = ("HR@10", "NDCG@10", "MRR")
@@ -97,7 +99,7 @@ def write_summary(records: list[dict], folder: Path, dataset: str, args) -> Path
     stem = folder / f"baselines-{dataset}"
     write_json(stem.with_suffix(".json"), {
         "dataset": dataset, "profile": "paper", "seed": args.seed, "protocols": args.protocols,
-        "last_command": "python -m benchmarks.reference_baselines " + " ".join(sys.argv[1:]),
+        "last_command": "python -m benchmarks.experiments.reference_baselines " + " ".join(sys.argv[1:]),
         "notes": "budget_seconds = the wall-clock training cap of that model's run; seconds_per_epoch = "
                  "train_seconds / epochs (validation included); full_eval_seconds = the test pass under the full "
                  "protocol; device names the thread count; paper_* = BERT4Rec Table 2 (pop100 rows only)",

@@ -1,0 +1,71 @@
+"""What produced a result (``protocol.md``, "What a result row records"): the code's commit, library versions,
+the device, and the job's peak memory."""
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        # Changed code makes a result "-dirty"; rewritten result files (results/reference/) do not.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
+                               cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def library_versions() -> dict:
+    import pandas
+    import scipy
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+            "scipy": scipy.__version__, "pandas": pandas.__version__, "platform": platform.platform()}
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
+
+
+class PeakMemory:
+    """Peak memory of one job: CUDA's allocator peak on GPU, the process's peak RSS (VmHWM) on CPU.
+
+    On Linux the RSS peak is reset per job through ``/proc/self/clear_refs``; where that is not possible the
+    figure is the process's peak so far, which can only overstate a job's own peak.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            try:
+                Path("/proc/self/clear_refs").write_text("5")
+            except OSError:
+                pass
+
+    def peak_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
