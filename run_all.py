@@ -3,7 +3,7 @@
 
     python run_all.py                                   # offline smoke run on the built-in synthetic data
     python run_all.py --datasets ml-1m beauty --models pop bprmf --data-dir ../shared/data
-    python run_all.py --datasets ml-1m --profile paper --seeds 0 1 2 --resume
+    python run_all.py --datasets ml-1m --profile paper --seeds 0 1 2 --jobs 3 --resume
     python run_all.py --task relevance --datasets ml-1m --models pop lstm-rel bert4rec-rel --data-dir ../shared/data
 
 Results go to ``results/<name>/`` (see results/README.md for the schema).
@@ -19,6 +19,7 @@ DEFAULT_RELEVANCE_MODELS = ("pop", "bprmf", "lstm-rel", "bert4rec-rel")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from benchmarks.cli import add_run_options
     from benchmarks.config import PROFILES
     from benchmarks.evaluator import PROTOCOLS
     from benchmarks.negatives import PAIRS
@@ -47,17 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
                         help="override a hyper-parameter or trainer setting, e.g. --set hidden=128 "
                              "--set sasrec:max_epochs=50 (repeatable)")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
-    parser.add_argument("--data-dir", default=None,
-                        help="folder with local dataset files (else $RECBENCH_DATA_DIR, else download)")
-    parser.add_argument("--cache-dir", default=None,
-                        help="where prepared datasets and negatives are cached (else $RECBENCH_CACHE_DIR, "
-                             "else ~/.cache/recbench)")
-    parser.add_argument("--output", default=None, help="output folder (default: results/<datasets>-<profile>)")
-    parser.add_argument("--resume", action="store_true",
-                        help="skip finished jobs and continue interrupted training from its checkpoint")
-    parser.add_argument("--no-report", action="store_true", help="do not generate the report at the end")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_run_options(parser)
     args = parser.parse_args(argv)
 
     def check(kind: str, given, valid) -> None:
@@ -85,36 +76,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from benchmarks.config import check_overrides
+    from benchmarks.cli import guard, run_grid
     from benchmarks.jobs import Job
-    from benchmarks.runner import print_tables, run_jobs
-    from benchmarks.store import read_results
+    from benchmarks.runner import print_tables
 
-    try:
-        check_overrides(args.overrides, args.models)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides), task=args.task)
-            for dataset in args.datasets for model in args.models for seed in args.seeds]
-    output = Path(args.output)
-    print(f"{len(jobs)} job(s): task {args.task}, datasets {args.datasets}, models {args.models}, "
-          f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols} -> {output}/")
-    run_jobs(jobs, protocols=args.protocols, profile=args.profile, device=args.device, data_dir=args.data_dir,
-             cache_dir=args.cache_dir, output=output, resume=args.resume, progress=not args.quiet)
-    rows = [row for row in read_results(output / "results.jsonl")
-            if row["run_id"] in {job.run_id for job in jobs}]
-    table = print_tables(rows)
-    (output / "table.md").write_text(table)
-    if not args.no_report:
-        try:
-            from reports import generate_report
-        except ImportError:
-            generate_report = None
-        if generate_report is not None:
-            print(f"report: {generate_report(output)}")
-    print(f"results: {output / 'results.jsonl'}")
-    return 0
+    def run() -> int:
+        jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides), task=args.task)
+                for dataset in args.datasets for model in args.models for seed in args.seeds]
+        output = Path(args.output)
+        print(f"{len(jobs)} job(s): task {args.task}, datasets {args.datasets}, models {args.models}, "
+              f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols} -> {output}/")
+        return run_grid(args, jobs, protocols=args.protocols, profile=args.profile, output=output,
+                        table=print_tables)
+
+    return guard(run, args.debug)
 
 
 if __name__ == "__main__":

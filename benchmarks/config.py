@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.trainer import TrainSettings
 from models import model_class
+from models.base import show
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 PROFILES = ("smoke", "paper")
@@ -28,6 +31,10 @@ class ResolvedConfig:
 
     def as_dict(self) -> dict:
         return {"hyperparameters": dataclasses.asdict(self.model), "train_settings": dataclasses.asdict(self.train)}
+
+
+class ConfigError(ValueError):
+    """A setting a job cannot run with, in one line: ``<model>: <field>=<value> must <rule>``."""
 
 
 def parse_override(text: str) -> tuple[str | None, str, object]:
@@ -51,12 +58,39 @@ def _layer(table: dict, dataset: str) -> dict:
     return values
 
 
+_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+               tuple: "a list, e.g. [0.9, 0.999]"}
+
+
+def _coerce(name: str, value, annotation):
+    """``value`` as the type ``annotation`` names (int, float, bool, str, tuple, or one of them | None), or a
+    :class:`ValueError` in the shape ``hidden='abc' must be an integer``. An int is a valid float; a bool is
+    never a number; ``"none"`` unsets an optional field (TOML has no null)."""
+    kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    if type(None) in kinds and (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))):
+        return None
+    kind = next(k for k in kinds if k is not type(None))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is tuple and isinstance(value, list):
+        value = tuple(value)
+    if kind is tuple and isinstance(value, tuple) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return value
+    if kind is not tuple and isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
+        return value
+    optional = " or none" if type(None) in kinds else ""
+    raise ValueError(f"{name}={show(value)} must be {_TYPE_NAMES.get(kind, kind.__name__)}{optional}")
+
+
 def _build(kind, values: dict, origin: str):
-    fields = {f.name for f in dataclasses.fields(kind)}
-    unknown = sorted(set(values) - fields)
+    """The dataclass ``kind`` from ``values``, every value checked against its field's type first; its own
+    ``__post_init__`` then checks ranges. Errors are :class:`ValueError` naming the field and the rule."""
+    hints = typing.get_type_hints(kind)
+    unknown = sorted(set(values) - set(hints))
     if unknown:
-        raise ValueError(f"{origin}: unknown field(s) {unknown} for {kind.__name__}; valid: {sorted(fields)}")
-    return kind(**values)
+        raise ValueError(f"{origin}: unknown field(s) {unknown} for {kind.__name__}; valid: {sorted(hints)}")
+    return kind(**{name: _coerce(name, value, hints[name]) for name, value in values.items()})
 
 
 def resolve(model_name: str, dataset: str, profile: str = "paper",
@@ -88,19 +122,36 @@ def resolve(model_name: str, dataset: str, profile: str = "paper",
         elif field in train_fields:
             train_values[field] = value
         elif target is not None:
-            raise ValueError(f"--set {text!r}: {model_name} has no field {field!r}; model fields: "
-                             f"{sorted(model_fields)}; trainer fields: {sorted(train_fields)}")
-    return ResolvedConfig(_build(config_class, model_values, f"{path} [model]"),
-                          _build(TrainSettings, train_values, f"{path} [train]"))
+            raise ConfigError(f"{model_name}: --set {text!r}: no field {field!r}; model fields: "
+                              f"{sorted(model_fields)}; trainer fields: {sorted(train_fields)}")
+    try:
+        return ResolvedConfig(_build(config_class, model_values, f"{path} [model]"),
+                              _build(TrainSettings, train_values, f"{path} [train]"))
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{model_name}: {error}") from None
 
 
-def check_overrides(overrides, model_names: list[str]) -> None:
-    """Fail early on a ``--set`` field that no selected model and no trainer setting has."""
+def check_overrides(overrides, model_names: list[str]) -> list[str]:
+    """Fail early on a ``--set`` whose model prefix is not a model, or whose field no selected model and no
+    trainer setting has. Returns notes for overrides that apply to none of the selected models."""
+    from models import model_names as registered
+
     train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
     known = set(train_fields)
     for name in model_names:
         known |= {f.name for f in dataclasses.fields(model_class(name).Config)}
+    notes = []
     for text in overrides:
-        _, field, _ = parse_override(text)
-        if field not in known:
-            raise ValueError(f"--set {text!r}: no selected model or trainer setting has a field {field!r}")
+        target, field, _ = parse_override(text)
+        if target is not None and target not in registered():
+            raise ConfigError(f"--set {text!r}: {target!r} is not a model; valid prefixes: "
+                              f"{', '.join(registered())}")
+        if target is not None and target not in model_names:
+            notes.append(f"--set {text!r} applies to no selected model ({', '.join(model_names)})")
+            continue
+        fields = known if target is None else (
+            train_fields | {f.name for f in dataclasses.fields(model_class(target).Config)})
+        if field not in fields:
+            raise ConfigError(f"--set {text!r}: no {'selected model' if target is None else target} or trainer "
+                              f"setting has a field {field!r}")
+    return notes

@@ -95,6 +95,15 @@ def _parse_metric(name: str) -> tuple[str, int | None]:
     raise ValueError(f"unknown metric {name!r}; expected HR@k, NDCG@k (k a positive integer) or MRR")
 
 
+def check_metric_name(name: str) -> bool:
+    """Whether ``name`` is a ranking metric the evaluator computes (HR@k, NDCG@k, MRR)."""
+    try:
+        _parse_metric(name)
+    except ValueError:
+        return False
+    return True
+
+
 def per_user_metrics(greater: np.ndarray, ties: np.ndarray, metrics=DEFAULT_METRICS,
                      tie_policy: str = "expected") -> dict[str, np.ndarray]:
     """Each metric (``HR@k``, ``NDCG@k``, ``MRR``) for each user from its (greater, ties) counts."""

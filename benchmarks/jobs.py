@@ -1,13 +1,31 @@
-"""A job: one training run of a model on a dataset with a seed, optionally a study's variant of it."""
+"""Jobs and their keys (``architecture.md``, "The run layer").
+
+A :class:`Job` is what a caller asks for: a model on a dataset with a seed, optionally a study's variant of it,
+with ``--set`` overrides. A :class:`PlannedJob` is that job resolved for one run: the profile's and the
+overrides' values applied, the prepared data's hash known. Its **key** is a hash of everything that determines
+its result: dataset name and prepared-data hash, model, every resolved model and trainer setting, task,
+protocols, evaluation rules, seed, profile, and the study labels the result row carries. Result rows,
+checkpoints and per-user files are keyed by it, so a changed setting can never reuse an old result or resume
+an old checkpoint, and the old result stays beside the new one.
+"""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 
+from benchmarks.config import ResolvedConfig
+from benchmarks.evaluator import DEFAULT_METRICS
 from benchmarks.negatives import PAIRS
 from benchmarks.relevance import TASK as RELEVANCE
 
 TASKS = ("next-item", RELEVANCE)
+KEY_VERSION = 1  # bump when the key's contents change meaning, so that old keys never match new jobs
+TIE_POLICY = "expected"  # the evaluator's tie policy for every result the runner writes (protocol.md)
+# Trainer settings that change how a job runs, never what it computes: not part of its key.
+EXECUTION_SETTINGS = ("progress", "checkpoint", "seed", "compile")
 
 
 @dataclass(frozen=True)
@@ -37,9 +55,65 @@ class Job:
 
     @property
     def run_id(self) -> str:
+        """A readable name, ``<dataset>/<model>[/<variant>][/relevance]/seed<seed>``; not unique across
+        settings (the key is)."""
         return "/".join(self._parts())
 
     @property
     def file_stem(self) -> str:
         """``run_id`` as a file name: parts joined by ``__``, other characters than [A-Za-z0-9_.=+-] as ``-``."""
         return "__".join(re.sub(r"[^A-Za-z0-9_.=+-]+", "-", part) for part in self._parts())
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """A job resolved for one run: its settings, its protocols and the hash of the data it trains on."""
+
+    job: Job
+    profile: str
+    protocols: tuple
+    config: ResolvedConfig
+    data_sha256: str
+
+    @property
+    def trains(self) -> bool:
+        """Whether the model has gradient training (POP has none, so trainer settings do not concern it)."""
+        from models import model_class
+        from models.base import NeuralRecommender
+
+        return issubclass(model_class(self.job.model), NeuralRecommender)
+
+    def identity(self) -> dict:
+        """Everything that determines this job's result rows; the key hashes it."""
+        train = ({name: value for name, value in dataclasses.asdict(self.config.train).items()
+                  if name not in EXECUTION_SETTINGS} if self.trains else None)
+        return {
+            "key_version": KEY_VERSION, "dataset": self.job.dataset, "data_sha256": self.data_sha256,
+            "model": self.job.model, "hyperparameters": dataclasses.asdict(self.config.model),
+            "train_settings": train, "task": self.job.task, "protocols": sorted(self.protocols),
+            "tie_policy": TIE_POLICY, "metrics": list(DEFAULT_METRICS), "seed": self.job.seed,
+            "profile": self.profile, "study": self.job.study, "variant": self.job.variant,
+            "sweep": self.job.sweep,
+        }
+
+    @property
+    def key(self) -> str:
+        canonical = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def run_id(self) -> str:
+        return self.job.run_id
+
+    @property
+    def file_stem(self) -> str:
+        """The job's file name: its readable stem and the key's first 12 hex digits."""
+        return f"{self.job.file_stem}__{self.key[:12]}"
+
+    def describe(self) -> dict:
+        """The job as ``config.json`` and ``--dry-run`` show it: labels, key and every resolved setting."""
+        settings = self.config.as_dict()
+        if not self.trains:
+            settings["train_settings"] = None
+        return {"key": self.key, "run_id": self.run_id, **dataclasses.asdict(self.job), "profile": self.profile,
+                "protocols": list(self.protocols), "data_sha256": self.data_sha256, **settings}

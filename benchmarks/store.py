@@ -1,48 +1,47 @@
-"""Result files: ``results.jsonl`` (one row per test evaluation, ``results/README.md``) and JSON written
-atomically."""
+"""A results folder, written by one driver and safe beside other runs (``results/README.md``).
+
+- ``results.jsonl``: one row per test evaluation. A job's rows carry its key; a finished job's rows replace
+  only the rows of the same key, atomically, after the job has finished, so no later run deletes a finished
+  result and no setting is ever mislabelled.
+- ``per_user/``, ``attention/``, ``weights/``: arrays behind the rows, named by the job's key, written before
+  the rows that point at them.
+- ``failed.jsonl``: the jobs whose last attempt failed, with their key and error (removed when the key later
+  finishes).
+- ``manifest.jsonl``: every invocation, appended and never rewritten: command, time, commit, options, every
+  planned job with its key, and at the end what became of them.
+- ``config.json``: every job ever planned into the folder, by key, with its resolved settings (accumulated,
+  never losing earlier jobs), and the latest invocation's options.
+
+Every change re-reads the files under an exclusive lock (``results.jsonl.lock``), so that runs sharing a folder
+(two processes, or a rerun beside a running job) keep each other's rows.
+"""
 from __future__ import annotations
 
 import fcntl
+import io
 import json
+import os
+import socket
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 
-class ResultStore:
-    """``results.jsonl`` in an output folder, rewritten atomically on every change.
 
-    Every change re-reads the file under an exclusive lock, so that runs sharing one folder (two processes
-    on one machine, or a rerun beside a running job) keep each other's rows instead of overwriting them.
-    """
-
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
-        self.path = self.folder / "results.jsonl"
-        self.rows = read_results(self.path) if self.path.exists() else []
-
-    def done(self, run_id: str, protocols) -> bool:
-        have = {row["protocol"] for row in self.rows if row["run_id"] == run_id}
-        return set(protocols) <= have
-
-    def drop(self, run_id: str) -> None:
-        self._update(lambda row: row["run_id"] != run_id)
-
-    def append(self, row: dict) -> None:
-        key = (row["run_id"], row["protocol"])
-        self._update(lambda kept: (kept["run_id"], kept["protocol"]) != key, row)
-
-    def _update(self, keep, new_row: dict | None = None) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / "results.jsonl.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            rows = read_results(self.path) if self.path.exists() else []
-            self.rows = [row for row in rows if keep(row)] + ([new_row] if new_row is not None else [])
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows))
-            tmp.replace(self.path)
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def read_results(path: Path) -> list[dict]:
+    """The rows of a ``results.jsonl``; a line that is not JSON is an error naming the file and line."""
+    return _read_jsonl(path, "rerun with --resume")
+
+
+def _read_jsonl(path: Path, remedy: str) -> list[dict]:
     rows = []
+    if not Path(path).exists():
+        return rows
     for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -50,13 +49,115 @@ def read_results(path: Path) -> list[dict]:
             rows.append(json.loads(line))
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); fix or delete that line "
-                             f"and rerun with --resume") from None
+                             f"and {remedy}") from None
     return rows
 
 
-def write_json(path: Path, payload) -> None:
+def write_atomic(path: Path, content: bytes | str) -> None:
+    """Write a whole file so that a reader (or a crash) never sees half of it: a temporary file in the same
+    folder, named uniquely per process, then renamed over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if isinstance(content, str):
+        tmp.write_text(content)
+    else:
+        tmp.write_bytes(content)
     tmp.replace(path)
+
+
+def write_json(path: Path, payload) -> None:
+    write_atomic(path, json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+class ResultStore:
+    """The files of one results folder (see the module docstring)."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.path = self.folder / "results.jsonl"
+        self.failures_path = self.folder / "failed.jsonl"
+        self.manifest_path = self.folder / "manifest.jsonl"
+        self.config_path = self.folder / "config.json"
+        self.invocation_id: str | None = None
+
+    @contextmanager
+    def _locked(self):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / "results.jsonl.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    @property
+    def rows(self) -> list[dict]:
+        return read_results(self.path)
+
+    def done(self, key: str, protocols) -> bool:
+        """Whether every protocol's row of the job with this key is in ``results.jsonl``."""
+        have = {row["protocol"] for row in self.rows if row.get("key") == key}
+        return set(protocols) <= have
+
+    def commit(self, key: str, rows: list[dict], files: dict) -> None:
+        """Record a finished job: its files first, then its rows in place of any earlier rows of the same key
+        (the newest at the end of the file), in one atomic rewrite."""
+        with self._locked():
+            for relative, content in files.items():
+                write_atomic(self.folder / relative, npz_bytes(content) if isinstance(content, dict) else content)
+            kept = [row for row in read_results(self.path) if row.get("key") != key]
+            write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in [*kept, *rows]))
+            self._rewrite_failures(lambda failure: failure["key"] != key)
+
+    def record_failure(self, outcome) -> None:
+        """Record the failed last attempt of a job (replacing an earlier failure of the same key)."""
+        failure = {"key": outcome.key, "run_id": outcome.run_id, "error_type": outcome.error_type,
+                   "error": outcome.error, "traceback": outcome.traceback, "seconds": outcome.seconds,
+                   "invocation": self.invocation_id, "created": now()}
+        with self._locked():
+            self._rewrite_failures(lambda old: old["key"] != outcome.key, failure)
+
+    @property
+    def failures(self) -> list[dict]:
+        return _read_jsonl(self.failures_path, "rerun")
+
+    def _rewrite_failures(self, keep, new: dict | None = None) -> None:
+        failures = [f for f in _read_jsonl(self.failures_path, "rerun") if keep(f)] + ([new] if new else [])
+        if failures or self.failures_path.exists():
+            write_atomic(self.failures_path, "".join(json.dumps(f) + "\n" for f in failures))
+
+    def start_invocation(self, invocation: dict, planned: list, pending: set[str]) -> None:
+        """Append this invocation to ``manifest.jsonl`` and merge its jobs into ``config.json``."""
+        self.invocation_id = f"{now()}-{socket.gethostname()}-{os.getpid()}"
+        jobs = [job.describe() for job in planned]
+        with self._locked():
+            self._append_manifest({"event": "start", "invocation": self.invocation_id, "time": now(),
+                                   **invocation, "jobs": [{"key": job["key"], "run_id": job["run_id"],
+                                                           "action": "run" if job["key"] in pending else "skip"}
+                                                          for job in jobs]})
+            config = json.loads(self.config_path.read_text()) if self.config_path.exists() else {}
+            known = {job.get("key"): job for job in config.get("jobs", []) if isinstance(job, dict)}
+            known.update({job["key"]: job for job in jobs})
+            latest = {name: invocation[name] for name in ("profile", "protocols", "device", "data_dir")}
+            write_json(self.config_path, {**latest, "seeds": sorted({job["seed"] for job in jobs}),
+                                          "invocations": config.get("invocations", 0) + 1,
+                                          "jobs": list(known.values())})
+
+    def end_invocation(self, result) -> None:
+        """Append what became of the invocation's jobs to ``manifest.jsonl``."""
+        with self._locked():
+            self._append_manifest({"event": "end", "invocation": self.invocation_id, "time": now(),
+                                   "finished": [o.key for o in result.finished],
+                                   "failed": [o.key for o in result.failed],
+                                   "skipped": [job.key for job in result.skipped],
+                                   "interrupted": result.interrupted})
+
+    def _append_manifest(self, entry: dict) -> None:
+        with open(self.manifest_path, "a") as manifest:
+            manifest.write(json.dumps(entry, default=str) + "\n")
+            manifest.flush()
+            os.fsync(manifest.fileno())

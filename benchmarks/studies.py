@@ -119,6 +119,7 @@ def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from benchmarks.cli import add_run_options
     from benchmarks.config import PROFILES
     from benchmarks.evaluator import PROTOCOLS
 
@@ -133,12 +134,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         sub.add_argument("--protocols", nargs="+", default=["full", "pop100"], choices=PROTOCOLS)
         sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
                          help="applied to every job before the study's own overrides (repeatable)")
-        sub.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-        sub.add_argument("--data-dir", default=None)
-        sub.add_argument("--cache-dir", default=None)
-        sub.add_argument("--output", default=None, help="default: results/study-<study>-<datasets>-<profile>")
-        sub.add_argument("--resume", action="store_true")
-        sub.add_argument("--quiet", action="store_true", help="no progress bars")
+        add_run_options(sub)  # --output defaults to results/study-<study>-<datasets>-<profile>
         return sub
 
     ablation = common(studies.add_parser("ablation", help="paper Table 5: remove one component at a time"))
@@ -167,31 +163,21 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from benchmarks.runner import run_jobs
-    from models import model_names
+    from benchmarks.cli import guard, run_grid
 
-    unknown = [name for name in args.models if name not in model_names()]
-    if unknown:
-        print(f"error: unknown model(s) {unknown}; valid: {model_names()}", file=sys.stderr)
-        return 2
-    try:
+    def run() -> int:
         jobs = build_jobs(args)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    output = Path(args.output or Path("results") / f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}")
-    print(f"{args.study}: {len(jobs)} job(s) -> {output}/")
-    run_jobs(jobs, protocols=args.protocols, profile=args.profile, device=args.device,
-                    data_dir=args.data_dir, cache_dir=args.cache_dir, output=output, resume=args.resume,
-                    progress=not args.quiet)
-    from benchmarks.store import read_results
+        output = Path(args.output or Path("results") / f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}")
+        print(f"{args.study}: {len(jobs)} job(s) -> {output}/")
 
-    run_ids = {job.run_id for job in jobs}
-    rows = [row for row in read_results(output / "results.jsonl") if row["run_id"] in run_ids]
-    table = study_table(rows)
-    (output / "table.md").write_text(table)
-    print("\n" + table)
-    return 0
+        def table(rows: list[dict]) -> str:
+            text = study_table(rows)
+            print("\n" + text)
+            return text
+
+        return run_grid(args, jobs, protocols=args.protocols, profile=args.profile, output=output, table=table)
+
+    return guard(run, args.debug)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@ import torch
 from tqdm.auto import tqdm
 
 from datasets.sequences import Histories
+from benchmarks.evaluator import PROTOCOLS, check_metric_name
+from benchmarks.relevance import SELECTION_METRICS
 from models.base import NeuralRecommender, Recommender, Validator
+from models.base import require as require_setting
 
 
 @dataclass
@@ -36,20 +39,31 @@ class TrainSettings:
     valid_every: int = 1  # epochs between validations
     valid_metric: str = "NDCG@10"
     valid_protocol: str = "full"
-    valid_users: int | None = None  # validate on a fixed random subset of this many users (None: all)
+    valid_users: int | None = None  # validate on a fixed random subset of this many users (0 or None: all)
     amp: bool = True  # bf16 autocast, CUDA only
     progress: bool = True
     checkpoint: str | None = None  # path of the resumable checkpoint
     seed: int = 0  # shuffling, negatives and masks drawn during training
 
     def __post_init__(self):
-        if self.optimizer not in ("adam", "adamw"):
-            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
-        if self.decay not in ("linear", "none"):
-            raise ValueError(f"decay must be 'linear' or 'none', got {self.decay!r}")
-        if self.batch_size < 1 or self.max_epochs < 1 or self.patience < 1 or self.valid_every < 1:
-            raise ValueError("batch_size, max_epochs, patience and valid_every must all be >= 1")
+        def require(condition: bool, field: str, rule: str) -> None:
+            require_setting(self, condition, field, rule)
+
         self.betas = tuple(self.betas)
+        require(self.optimizer in ("adam", "adamw"), "optimizer", "be 'adam' or 'adamw'")
+        require(self.decay in ("linear", "none"), "decay", "be 'linear' or 'none'")
+        require(self.lr > 0, "lr", "be > 0")
+        require(self.weight_decay >= 0, "weight_decay", "be >= 0")
+        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "be two numbers in [0, 1)")
+        for field in ("batch_size", "max_epochs", "patience", "valid_every"):
+            require(getattr(self, field) >= 1, field, "be >= 1")
+        require(self.warmup_steps >= 0, "warmup_steps", "be >= 0")
+        require(self.time_budget_s is None or self.time_budget_s > 0, "time_budget_s", "be > 0 seconds, or none")
+        require(self.clip_norm is None or self.clip_norm >= 0, "clip_norm", "be >= 0 (0 or none: no clipping)")
+        require(self.valid_users is None or self.valid_users >= 0, "valid_users", "be >= 0 (0 or none: all users)")
+        require(self.valid_protocol in PROTOCOLS, "valid_protocol", f"be one of {', '.join(PROTOCOLS)}")
+        require(self.valid_metric in SELECTION_METRICS or check_metric_name(self.valid_metric), "valid_metric",
+                f"be HR@k, NDCG@k, MRR or one of {', '.join(SELECTION_METRICS)}")
 
 
 def resolve_device(name: str) -> torch.device:

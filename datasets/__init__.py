@@ -10,7 +10,8 @@ See ``registry.py`` for the datasets and their sources, ``preprocess.py`` for th
 ``loader.py`` for file lookup, downloads and caching, ``synthetic.py`` for generated data.
 """
 from datasets.errors import ChecksumError, DatasetFormatError, DownloadError, MissingDataError
-from datasets.loader import CACHE_DIR_ENV, DATA_DIR_ENV, load_dataset, resolve_cache_dir, resolve_data_dir
+from datasets.loader import (CACHE_DIR_ENV, DATA_DIR_ENV, dataset_on_disk, load_dataset, resolve_cache_dir,
+                             resolve_data_dir)
 from datasets.preprocess import Preprocessing, prepare
 from datasets.readers import FORMATS, Interactions, read_interactions
 from datasets.registry import DATASET_NAMES, PAPER_DATASETS, URLS, dataset_names
@@ -18,7 +19,7 @@ from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 from datasets.synthetic import generate
 
 __all__ = [
-    "load_dataset", "DATASET_NAMES", "PAPER_DATASETS", "dataset_names", "URLS",
+    "load_dataset", "dataset_on_disk", "DATASET_NAMES", "PAPER_DATASETS", "dataset_names", "URLS",
     "resolve_data_dir", "resolve_cache_dir", "DATA_DIR_ENV", "CACHE_DIR_ENV",
     "read_interactions", "FORMATS", "Interactions", "prepare", "Preprocessing", "generate",
     "SequenceData", "LeaveOneOutSplit", "Histories",

@@ -79,6 +79,16 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     return _prepare_cached(spec, located, cache, progress)
 
 
+def dataset_on_disk(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None) -> bool:
+    """Whether ``name`` loads without a download: it is generated, or a file of one of its sources is in the
+    data directory or the download cache. Reads no file, so a grid can check all its datasets in a moment."""
+    spec = get_spec(name)
+    if isinstance(spec, SyntheticSpec):
+        return True
+    root, cache = resolve_data_dir(data_dir), resolve_cache_dir(cache_dir)
+    return any(_find(spec, source, root, cache) is not None for source in spec.sources)
+
+
 def _download_path(spec: DatasetSpec, source: Source, cache: Path) -> Path | None:
     """Where ``source``'s download goes (``None`` when it has no URL); one folder per dataset and kind,
     because the authors' and GroupLens' ML-20m archives are both called ``ml-20m.zip``."""

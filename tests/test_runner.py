@@ -28,7 +28,7 @@ def chain_data():
 def run(tmp_path, chain_data, jobs, **kwargs):
     return run_jobs(jobs, protocols=("full", "pop100"), profile="smoke", device="cpu", output=tmp_path / "out",
                     cache_dir=tmp_path / "cache", progress=False, log=lambda *a: None,
-                    preloaded={"chain": chain_data}, **kwargs)
+                    preloaded={"chain": chain_data}, **kwargs).rows
 
 
 def test_rows_follow_the_schema_and_per_user_counts_reproduce_metrics(tmp_path, chain_data):
@@ -55,7 +55,7 @@ def test_resume_skips_finished_jobs(tmp_path, chain_data):
     log = []
     rows = run_jobs([Job("chain", "pop", 0), Job("chain", "pop", 1)], protocols=("full", "pop100"),
                     profile="smoke", device="cpu", output=tmp_path / "out", cache_dir=tmp_path / "cache",
-                    progress=False, log=log.append, preloaded={"chain": chain_data}, resume=True)
+                    progress=False, log=log.append, preloaded={"chain": chain_data}, resume=True).rows
     assert [r["seed"] for r in rows] == [1, 1]
     assert any("already in results.jsonl" in line for line in log)
     assert len(read_results(tmp_path / "out" / "results.jsonl")) == 4
@@ -82,13 +82,12 @@ def test_corrupt_results_file_names_the_line(tmp_path):
 def test_two_stores_on_one_folder_keep_each_others_rows(tmp_path):
     """Two runs writing into one output folder (two processes) must not overwrite each other's rows."""
     first, second = ResultStore(tmp_path), ResultStore(tmp_path)
-    first.append({"run_id": "a", "protocol": "full"})
-    second.append({"run_id": "b", "protocol": "full"})
-    first.append({"run_id": "a", "protocol": "pop100"})
-    second.drop("b")
-    second.append({"run_id": "b", "protocol": "pop100"})
-    assert [(r["run_id"], r["protocol"]) for r in read_results(tmp_path / "results.jsonl")] == [
-        ("a", "full"), ("a", "pop100"), ("b", "pop100")]
+    first.commit("a", [{"key": "a", "protocol": "full"}], {})
+    second.commit("b", [{"key": "b", "protocol": "full"}], {})
+    first.commit("a", [{"key": "a", "protocol": "full", "v": 2}, {"key": "a", "protocol": "pop100"}], {})
+    assert [(r["key"], r["protocol"], r.get("v")) for r in read_results(tmp_path / "results.jsonl")] == [
+        ("b", "full", None), ("a", "full", 2), ("a", "pop100", None)]
+    assert second.done("a", ["full", "pop100"]) and not second.done("b", ["full", "pop100"])
 
 
 def test_unknown_model_in_job_is_explained(tmp_path, chain_data):

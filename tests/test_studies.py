@@ -75,7 +75,7 @@ def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
     jobs += sensitivity_jobs(["chain"], ["sasrec"], "hidden", values=[4], overrides=tiny)
     rows = run_jobs(jobs, protocols=("pop100",), profile="smoke", device="cpu", output=tmp_path,
                     cache_dir=str(tmp_path / "cache"), progress=False, log=lambda *_: None,
-                    preloaded={"chain": chain_data(n_users=60)})
+                    preloaded={"chain": chain_data(n_users=60)}).rows
     written = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == len(written) == 3
     assert [(r["study"], r["variant"], r["sweep"]) for r in written] == [

@@ -98,8 +98,12 @@ def test_time_budget_stops_training():
 
 
 def test_bad_settings_and_devices_are_explained():
-    with pytest.raises(ValueError, match="optimizer must be"):
+    with pytest.raises(ValueError, match="^optimizer='sgd' must be 'adam' or 'adamw'$"):
         TrainSettings(optimizer="sgd")
+    with pytest.raises(ValueError, match=r"^betas=\[0.9, 1.5\] must be two numbers in \[0, 1\)$"):
+        TrainSettings(betas=(0.9, 1.5))
+    with pytest.raises(ValueError, match="^valid_protocol='pop50' must be one of full, pop100, uni100$"):
+        TrainSettings(valid_protocol="pop50")
     with pytest.raises(ValueError, match="unknown device"):
         resolve_device("tpu")
     if not torch.cuda.is_available():

@@ -1,0 +1,133 @@
+"""The command-line side of a grid, shared by ``run_all.py`` and ``python -m benchmarks.studies``: the options
+that say where and how jobs run, ``--dry-run``, the table and report at the end, a summary of failed jobs, and
+errors a user can act on in one or two lines (``--debug`` shows tracebacks).
+
+Exit codes: 0 every job finished; 1 some jobs failed (the others' table and report are still written);
+2 the grid could not start (bad setting, missing data, bad option); 130 interrupted (Ctrl-C).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+EXIT_FAILED_JOBS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options of every grid command: data, output, resume, parallelism, diagnostics."""
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    parser.add_argument("--data-dir", default=None,
+                        help="folder with local dataset files (else $RECBENCH_DATA_DIR, else download)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="where prepared datasets and negatives are cached (else $RECBENCH_CACHE_DIR, "
+                             "else ~/.cache/recbench)")
+    parser.add_argument("--output", default=None, help="output folder")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip jobs whose results are recorded with the same settings (the same key) and "
+                             "continue interrupted training from its checkpoint")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="run N jobs at once in worker processes (CPU threads are divided among them; "
+                             "with several GPUs each job gets one)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch CPU threads per job (default: all cores divided by --jobs)")
+    parser.add_argument("--dask-scheduler", default=None, metavar="ADDRESS",
+                        help="send the jobs to a running Dask cluster, e.g. tcp://10.0.0.5:8786 "
+                             "(pip install -e \".[distributed]\")")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each finished job's selected weights under weights/ (else only its results)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the grid, print every job with its resolved settings and key, and exit")
+    parser.add_argument("--no-report", action="store_true", help="do not generate the report at the end")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors and failed jobs")
+
+
+def run_grid(args: argparse.Namespace, jobs: list, *, protocols, profile: str, output: Path,
+             table: Callable[[list[dict]], str], preloaded: dict | None = None) -> int:
+    """Run ``jobs`` with the options of :func:`add_run_options`, then write ``table.md`` (``table(rows)``
+    gives it) and the report; returns the exit code."""
+    from benchmarks.runner import GridError, GridInterrupted, plan_grid, run_jobs
+    from benchmarks.store import ResultStore
+
+    options = dict(protocols=protocols, profile=profile, data_dir=args.data_dir, cache_dir=args.cache_dir,
+                   progress=not args.quiet, preloaded=preloaded)
+    try:
+        if args.dry_run:
+            from benchmarks.execution import Executor
+
+            Executor.check(args.jobs, args.device, args.dask_scheduler, args.threads)
+            planned, _ = plan_grid(jobs, **options)
+            print_plan(planned, ResultStore(output) if args.resume else None)
+            return 0
+        result = run_jobs(jobs, device=args.device, output=output, resume=args.resume, n_jobs=args.jobs,
+                          threads=args.threads, dask_scheduler=args.dask_scheduler,
+                          keep_checkpoints=args.keep_checkpoints, **options)
+    except GridError as error:
+        if args.debug:
+            raise
+        lines = str(error).splitlines()
+        print(f"error: {lines[0]}", *(f"       {line}" for line in lines[1:]), sep="\n", file=sys.stderr)
+        return EXIT_USAGE
+    except GridInterrupted:
+        print(f"\ninterrupted: finished jobs are recorded in {output}/; rerun the same command with --resume to "
+              f"continue (interrupted training resumes from its checkpoint)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    store = ResultStore(output)
+    order = {job.key: number for number, job in enumerate(result.planned)}
+    rows = sorted((row for row in store.rows if row.get("key") in order), key=lambda row: order[row["key"]])
+    if rows:
+        (output / "table.md").write_text(table(rows))
+        if not args.no_report:
+            from reports import generate_report
+
+            print(f"report: {generate_report(output)}")
+        print(f"results: {output / 'results.jsonl'}")
+    for outcome in result.failed:
+        if args.debug and outcome.traceback:
+            print(outcome.traceback, file=sys.stderr)
+    if result.failed:
+        print(f"\n{len(result.failed)} of {len(result.planned)} job(s) failed (details in {store.failures_path}):",
+              *(f"  {o.run_id} (key {o.key[:12]}): {o.error}" for o in result.failed),
+              "Fix the cause and rerun the same command with --resume: finished jobs are kept.",
+              sep="\n", file=sys.stderr)
+        return EXIT_FAILED_JOBS
+    return 0
+
+
+def print_plan(planned: list, store=None) -> None:
+    """``--dry-run``: every job with its key, what would happen to it, and every resolved setting."""
+    def settings(values: dict) -> str:
+        return " ".join(f"{name}={value}" for name, value in values.items())
+
+    for number, job in enumerate(planned, start=1):
+        action = "skip (done)" if store is not None and store.done(job.key, job.protocols) else "run"
+        described = job.describe()
+        print(f"[{number}/{len(planned)}] {job.run_id}  key {job.key[:12]}  {action}\n"
+              f"    protocols: {' '.join(job.protocols)}  profile: {job.profile}\n"
+              f"    model: {settings(described['hyperparameters']) or '(no settings)'}\n"
+              f"    train: {settings(described['train_settings']) if described['train_settings'] else '(no training)'}")
+    print(f"{len(planned)} job(s); nothing was run (--dry-run)")
+
+
+def guard(main: Callable[[], int], debug: bool) -> int:
+    """Run ``main``; an error no grid step caught becomes two lines instead of a traceback (unless --debug)."""
+    from datasets import DatasetFormatError, MissingDataError
+
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, MissingDataError, DatasetFormatError, OSError) as error:
+        if debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as error:  # noqa: BLE001  (a bug: say how to get the details)
+        if debug:
+            raise
+        print(f"internal error: {type(error).__name__}: {error}\n"
+              f"       rerun with --debug for the traceback, and please report it", file=sys.stderr)
+        return EXIT_FAILED_JOBS

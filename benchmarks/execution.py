@@ -1,0 +1,177 @@
+"""Where jobs run: in this process, in joblib worker processes on this machine, or on a Dask cluster.
+
+The driver (:func:`benchmarks.runner.run_jobs`) hands over :class:`~benchmarks.runner.JobPayload` values and
+gets :class:`~benchmarks.runner.JobOutcome` values back as jobs finish; workers never write results.
+
+- ``n_jobs = 1``: one job after another in this process, with progress bars.
+- ``n_jobs = N``: N joblib (loky) worker processes. The machine's CPU threads are divided among them
+  (``threads`` overrides), and when several CUDA devices are visible each job takes one from a shared pool.
+  A worker that dies (killed, out of memory) ends its job; the jobs it left unfinished are run again, resuming
+  from their checkpoints, at most :data:`RETRIES` times.
+- ``dask_scheduler = ADDRESS``: joblib's Dask backend sends the jobs to a running Dask cluster (``pip install
+  -e ".[distributed]"``). Each dataset is sent to the workers once. Workers must run from a checkout of the same
+  code (``PYTHONPATH=<checkout>``); a job uses as many torch threads as its Dask worker has threads.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Callable, Iterator
+
+import joblib
+import torch
+
+from benchmarks.trainer import resolve_device
+
+RETRIES = 2  # new starts of the unfinished jobs after a local worker process died
+
+
+def cpu_threads() -> int:
+    """CPU cores this process may use (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class Executor:
+    def __init__(self, *, n_jobs: int = 1, threads: int | None = None, device: str = "auto",
+                 dask_scheduler: str | None = None, progress: bool = True, log=print):
+        self.check(n_jobs, device, dask_scheduler, threads)
+        self.n_jobs, self.dask_scheduler, self.log = n_jobs, dask_scheduler, log
+        self.client = None
+        if dask_scheduler:
+            from dask.distributed import Client
+
+            try:
+                self.client = Client(dask_scheduler, timeout="30s")
+            except OSError as error:
+                raise self._error(f"--dask-scheduler {dask_scheduler}: cannot connect ({error})") from None
+            self._check_cluster()
+            self.parallelism = max(1, sum(self.client.nthreads().values()))
+        else:
+            self.parallelism = n_jobs
+        local_parallel = n_jobs > 1 and not dask_scheduler
+        self.threads_per_job = threads or (max(1, cpu_threads() // n_jobs) if local_parallel else None)
+        self.worker_progress = progress and not local_parallel and not dask_scheduler
+        self.device_for_payload = device
+        self.device_pool = None
+        if local_parallel and resolve_device(device).type == "cuda" and torch.cuda.device_count() > 1:
+            self.device_pool = self._cuda_pool(device, n_jobs)
+
+    @staticmethod
+    def check(n_jobs: int, device: str, dask_scheduler: str | None, threads: int | None = None) -> None:
+        """Fail before planning on options that cannot work (raises :class:`benchmarks.runner.GridError`)."""
+        from benchmarks.runner import GridError
+
+        if n_jobs < 1:
+            raise GridError(f"--jobs {n_jobs}: must be >= 1")
+        if threads is not None and threads < 1:
+            raise GridError(f"--threads {threads}: must be >= 1")
+        if dask_scheduler and n_jobs != 1:
+            raise GridError("--jobs and --dask-scheduler exclude each other: the Dask cluster decides how many "
+                            "jobs run at once")
+        if dask_scheduler:
+            try:
+                import dask.distributed  # noqa: F401
+            except ImportError:
+                raise GridError('--dask-scheduler needs Dask: pip install -e ".[distributed]"') from None
+        try:
+            resolve_device(device)
+        except (RuntimeError, ValueError) as error:
+            raise GridError(str(error)) from None
+
+    def _check_cluster(self) -> None:
+        """The scheduler unpickles the tasks and the workers run them: both must import this suite's code,
+        or the grid would hang. Say how to start them instead."""
+        probe = "import benchmarks.runner"  # run with exec(), a builtin, which the cluster can always unpickle
+        where = []
+        try:
+            self.client.run_on_scheduler(exec, probe)
+        except ImportError:
+            where.append("the scheduler")
+        failed = [address for address, error in self.client.run(exec, probe, on_error="return").items()
+                  if isinstance(error, BaseException)]
+        if failed:
+            where.append(f"worker(s) {', '.join(failed)}")
+        if not self.client.nthreads():
+            where.append("no worker is connected")
+        if where:
+            self.client.close()
+            raise self._error(f"the Dask cluster at {self.dask_scheduler} cannot run the suite ({'; '.join(where)}): "
+                              f"start the scheduler and every worker from a checkout of this code, e.g. "
+                              f"PYTHONPATH=/path/to/checkout dask worker {self.dask_scheduler}")
+
+    @staticmethod
+    def _error(message: str):
+        from benchmarks.runner import GridError
+
+        return GridError(message)
+
+    def _cuda_pool(self, device: str, n_jobs: int):
+        """A queue shared by the workers: every visible CUDA device, each ceil(n_jobs / devices) times."""
+        import multiprocessing
+
+        devices = [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+        self._manager = multiprocessing.Manager()
+        pool = self._manager.Queue()
+        for _ in range(math.ceil(n_jobs / len(devices))):
+            for name in devices:
+                pool.put(name)
+        self.log(f"{n_jobs} workers share {len(devices)} CUDA devices: {', '.join(devices)}")
+        return pool
+
+    def run(self, payloads: list, datasets: dict, started: Callable) -> Iterator:
+        """Outcomes of ``payloads`` as they finish; ``started(planned_job)`` is called as each is handed out."""
+        from benchmarks.runner import run_job
+
+        for payload in payloads:
+            payload.device_pool = self.device_pool
+        if self.n_jobs == 1 and not self.dask_scheduler:
+            for payload in payloads:
+                started(payload.planned)
+                yield run_job(payload, datasets[payload.planned.job.dataset], log=self.log)
+            return
+        if self.dask_scheduler:
+            with joblib.parallel_config(backend="dask", wait_for_workers_timeout=60):
+                yield from self._parallel(payloads, datasets, started, n_jobs=-1)
+            return
+        remaining = list(payloads)
+        for attempt in range(RETRIES + 1):
+            finished = set()
+            try:
+                for outcome in self._parallel(remaining, datasets, started, n_jobs=self.n_jobs):
+                    finished.add(outcome.key)
+                    yield outcome
+                return
+            except joblib.externals.loky.process_executor.TerminatedWorkerError:
+                remaining = [p for p in remaining if p.planned.key not in finished]
+                if attempt == RETRIES:
+                    break
+                self.log(f"a worker process died; running the {len(remaining)} unfinished job(s) again, "
+                         f"resuming from their checkpoints")
+                for payload in remaining:
+                    payload.resume = True
+        from benchmarks.runner import JobOutcome
+
+        for payload in remaining:
+            yield JobOutcome(payload.planned.key, payload.planned.run_id, "failed", error_type="WorkerDied",
+                             error=f"its worker process died {RETRIES + 1} times (killed, or out of memory)")
+
+    def _parallel(self, payloads, datasets, started, n_jobs: int):
+        from benchmarks.runner import run_job
+
+        def tasks():
+            for payload in payloads:
+                started(payload.planned)
+                yield joblib.delayed(run_job)(payload, datasets[payload.planned.job.dataset])
+
+        parallel = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered", pre_dispatch="n_jobs",
+                                   batch_size=1)
+        return parallel(tasks())
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if getattr(self, "_manager", None) is not None:
+            self._manager.shutdown()
