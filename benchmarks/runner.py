@@ -72,6 +72,8 @@ def plan_grid(jobs: list[Job], *, protocols, profile: str, data_dir=None, cache_
             notes += check_overrides(overrides, sorted({job.model for job in jobs if job.overrides == overrides}))
         except ConfigError as error:
             problems.append(str(error))
+    if problems:  # the command itself is wrong; every job would repeat it
+        raise GridError("\n".join(dict.fromkeys(problems)))
     for note in dict.fromkeys(notes):
         log(f"note: {note}")
     configs, per_model = {}, {}  # per_model: a problem's text -> the models it concerns
@@ -272,6 +274,7 @@ def _train_and_test(payload: JobPayload, data: SequenceData, device: torch.devic
             "metrics": metrics, "users_evaluated": users_evaluated,
             "per_user_file": per_user, "epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
             "best_valid": fit["best_valid"], "valid_metric": selection if fit.get("settings") else None,
+            "resumed_from_epoch": fit.get("resumed_from_epoch"),
             "curve": fit["curve"], "train_seconds": fit["train_seconds"], "eval_seconds": eval_seconds,
             "peak_memory_mb": memory.peak_mb(), "device": describe_device(device), "versions": versions,
             "commit": payload.commit, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra,

@@ -134,6 +134,7 @@ class Trainer:
             schedule.load_state_dict(saved["schedule"])
             generator.set_state(saved["generator"].cpu() if device.type == "cpu" else saved["generator"])
             state = saved["state"]
+        resumed_from_epoch = state["epoch"] if state["epoch"] else None
 
         started = time.perf_counter() - state["train_seconds"]
         bar = tqdm(total=s.max_epochs, initial=state["epoch"], desc=f"{model.name}", unit="epoch",
@@ -189,7 +190,7 @@ class Trainer:
         return {"epochs_run": state["epoch"], "best_epoch": state["best_epoch"],
                 "best_valid": state["best_metric"] if validate else None,
                 "train_seconds": state["train_seconds"], "curve": state["history"],
-                "settings": dataclasses.asdict(s)}
+                "resumed_from_epoch": resumed_from_epoch, "settings": dataclasses.asdict(s)}
 
     @staticmethod
     def _save(path: Path, model, optimizer, schedule, generator, state) -> None:

@@ -251,18 +251,21 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
 def _attention_files(results: ResultSet) -> list[tuple[str, str, int, Path]]:
     """(dataset, model, seed, path) of the attention maps of the main grid's runs.
 
-    results/README.md names them ``<dataset>__<model>__seed<seed>.npz``; a runner that squeezes the separator
-    writes ``<dataset>_<model>_seed<seed>.npz``. Both are matched against the runs in the results, which also
-    leaves out the maps of study variants (ablation, sweeps): the figure shows the model the main grid trained."""
+    A row names its run's map in ``attention_file`` (results/README.md); rows written before that key existed
+    are matched by the names ``<dataset>__<model>__seed<seed>.npz`` (or ``<dataset>_<model>_seed<seed>.npz``).
+    Only main-grid rows count, which leaves out the maps of study variants (ablation, sweeps): the figure shows
+    the model the main grid trained."""
     folder = results.folder / "attention"
-    found = []
-    for dataset, model, seed in sorted({(r.dataset, r.model, r.seed) for r in results.select(study="main")}):
-        for separator in ("__", "_"):
-            path = folder / f"{dataset}{separator}{model}{separator}seed{seed}.npz"
-            if path.is_file():
-                found.append((dataset, model, seed, path))
-                break
-    return found
+    found = {}
+    for row in results.select(study="main"):
+        run = (row.dataset, row.model, row.seed)
+        named = row.get("attention_file")
+        candidates = ([results.folder / named] if named else
+                      [folder / f"{row.dataset}{sep}{row.model}{sep}seed{row.seed}.npz" for sep in ("__", "_")])
+        path = next((path for path in candidates if path.is_file()), None)
+        if path is not None:
+            found[run] = path
+    return [(*run, path) for run, path in sorted(found.items())]
 
 
 def attention_figures(results: ResultSet, folder: Path, user: int | None = None,

@@ -69,6 +69,9 @@ def _provenance(results: ResultSet) -> list[str]:
     lines = [f"- Results folder: `{results.folder}` ({len(rows)} results"
              + (f"; {results.superseded} earlier duplicates superseded by later lines" if results.superseded
                 else "") + ")."]
+    for change in results.changes:
+        lines.append(f"- {change.label}: results from several settings are in `results.jsonl`; the newest is "
+                     f"shown. It differs from the earlier in: {'; '.join(change.differences)}.")
     for reason, count in sorted(results.ignored.items()):
         lines.append(f"- Ignored {count} row(s) with {reason} (not a study or task this report knows).")
     studies = Counter(r.study for r in rows)

@@ -3,7 +3,8 @@
 A malformed line is an error that names the file and the line; rows of a study or task this package does not
 know are set aside with a note (a newer runner may write them), never an error. When a run is repeated or
 resumed, a later line for the same (study, variant, sweep point, dataset, model, task, protocol, seed) replaces
-the earlier one, so the tables show the latest result.
+the earlier one, so the tables show the latest result. When the earlier line came from other settings (another
+job key), :attr:`ResultSet.changes` says which settings differ, so a report never mixes configurations silently.
 """
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ class ResultSet:
     config: dict | None = None
     ignored: Counter = field(default_factory=Counter)  # reason -> number of rows
     superseded: int = 0
+    changes: list["ConfigChange"] = field(default_factory=list)
 
     def select(self, **conditions) -> list[Row]:
         """Rows whose attributes equal the given values; a tuple/set value means "one of"."""
@@ -78,6 +80,41 @@ class ResultSet:
 
     def values(self, name: str, rows: list[Row] | None = None) -> set:
         return {getattr(row, name) for row in (self.rows if rows is None else rows)}
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """A result shown from newer settings than an earlier result of the same (study, variant, dataset, model,
+    seed): which settings differ, as ``field: earlier -> newest``."""
+
+    label: str  # e.g. "synthetic/bprmf seed 0"
+    differences: tuple[str, ...]
+
+
+def _settings(raw: dict) -> dict:
+    """The settings a row was produced with, flat: hyper-parameters, trainer settings (without paths and
+    progress), profile and protocol."""
+    flat = dict(raw.get("hyperparameters") or {})
+    train = raw.get("train_settings") or {}
+    flat.update({name: value for name, value in train.items() if name not in ("checkpoint", "progress")})
+    flat["profile"] = raw.get("profile")
+    return flat
+
+
+def _difference(earlier: Row, newest: Row) -> ConfigChange | None:
+    if earlier.raw.get("key") == newest.raw.get("key"):
+        return None
+    old, new = _settings(earlier.raw), _settings(newest.raw)
+    fields = sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
+    if not fields:  # same settings, another dataset hash or code version
+        fields_text = ("dataset_info",) if earlier.raw.get("dataset_info") != newest.raw.get("dataset_info") else ()
+        return ConfigChange(_label(newest), fields_text or ("(same settings, another run)",))
+    return ConfigChange(_label(newest), tuple(f"{name}: {old.get(name)!r} -> {new.get(name)!r}" for name in fields))
+
+
+def _label(row: Row) -> str:
+    variant = f" ({row.variant})" if row.variant else ""
+    return f"{row.dataset}/{row.model}{variant} seed {row.seed}"
 
 
 def _fail(path: Path, line: int, message: str):
@@ -128,6 +165,7 @@ def load_results(folder: Path) -> ResultSet:
     latest: dict[tuple, Row] = {}
     ignored = Counter()
     superseded = 0
+    changes: dict[str, ConfigChange] = {}
     with path.open(encoding="utf-8") as lines:
         for number, text in enumerate(lines, start=1):
             if not text.strip():
@@ -143,7 +181,11 @@ def load_results(folder: Path) -> ResultSet:
             if row.task not in TASKS:
                 ignored[f"unknown task {row.task!r}"] += 1
                 continue
-            superseded += row.key in latest
+            if row.key in latest:
+                superseded += 1
+                change = _difference(latest[row.key], row)
+                if change is not None:
+                    changes[change.label] = change
             latest[row.key] = row
     config = None
     config_path = folder / "config.json"
@@ -153,4 +195,5 @@ def load_results(folder: Path) -> ResultSet:
         except json.JSONDecodeError as error:
             raise ResultsError(f"{config_path}, line {error.lineno}: not valid JSON ({error.msg})") from None
     rows = sorted(latest.values(), key=lambda row: row.line)
-    return ResultSet(folder=folder, rows=rows, config=config, ignored=ignored, superseded=superseded)
+    return ResultSet(folder=folder, rows=rows, config=config, ignored=ignored, superseded=superseded,
+                     changes=list(changes.values()))

@@ -135,10 +135,11 @@ def main(argv=None) -> int:
         runs = Path(args.runs_dir) / dataset
         run_jobs(jobs, protocols=args.protocols, profile="paper", device=args.device, data_dir=args.data_dir,
                  cache_dir=args.cache_dir, output=runs, resume=args.resume, progress=not args.quiet)
-        # Every model run so far for this dataset (a later call with --models reruns only those), in table order.
+        # Every model run so far for this dataset (a later call with --models reruns only those), in table order;
+        # of a model run with several settings (several keys), the newest row, which is last in the file.
         order = {name: rank for rank, name in enumerate((*BASELINES, *OPTIONAL))}
-        rows = sorted(read_results(runs / "results.jsonl"), key=lambda r: (order.get(r["model"], len(order)),
-                                                                          r["model"], r["protocol"]))
+        newest = {(r["model"], r["protocol"]): r for r in read_results(runs / "results.jsonl")}
+        rows = sorted(newest.values(), key=lambda r: (order.get(r["model"], len(order)), r["model"], r["protocol"]))
         records = summarize(rows)
         stem = write_summary(records, Path(args.output), dataset, args)
         print(f"\n{dataset}: {stem}.json, {stem}.csv")

@@ -1,0 +1,314 @@
+"""The run layer as a user meets it (issue 10): jobs keyed by their settings, a grid checked before it trains,
+failures recorded without stopping the grid, parallel and distributed execution, and faults survived."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import run_all
+from benchmarks.store import read_results
+from tests.conftest import ROOT, SHARED_DATA, requires_shared_data
+
+# Small, deterministic jobs on the built-in synthetic data: budgets in epochs, no wall-clock cap.
+TINY = ["--set", "time_budget_s=none", "--set", "sasrec:max_len=20", "--set", "sasrec:hidden=16",
+        "--set", "sasrec:max_epochs=2"]
+
+
+def run(argv, tmp_path, capsys=None, output="out"):
+    """run_all.main in this process; returns (exit code, stdout, stderr)."""
+    code = run_all.main([*argv, "--output", str(tmp_path / output), "--cache-dir", str(tmp_path / "cache"),
+                         "--quiet", "--no-report"])
+    captured = capsys.readouterr() if capsys else None
+    return code, (captured.out if captured else ""), (captured.err if captured else "")
+
+
+def rows(tmp_path, output="out"):
+    return read_results(tmp_path / output / "results.jsonl")
+
+
+def test_resume_with_changed_settings_runs_a_new_job_and_keeps_the_old_rows(tmp_path, capsys):
+    assert run(["--models", "pop", "bprmf"], tmp_path, capsys)[0] == 0
+    code, out, _ = run(["--models", "pop", "bprmf", "--set", "bprmf:hidden=8", "--resume"], tmp_path, capsys)
+    assert code == 0
+    assert "synthetic/pop/seed0: already in results.jsonl" in out  # POP's settings did not change
+    assert "synthetic/bprmf/seed0: already" not in out
+    hidden = sorted((row["hyperparameters"]["hidden"], row["protocol"]) for row in rows(tmp_path)
+                    if row["model"] == "bprmf")
+    assert hidden == [(8, "full"), (8, "pop100"), (64, "full"), (64, "pop100")]
+    assert len({row["key"] for row in rows(tmp_path) if row["model"] == "bprmf"}) == 2
+    # The same changed command again skips everything; the smoke rows are not reused by the paper profile.
+    code, out, _ = run(["--models", "pop", "bprmf", "--set", "bprmf:hidden=8", "--resume", "--dry-run"],
+                       tmp_path, capsys)
+    assert out.count("skip (done)") == 2
+    code, out, _ = run(["--models", "pop", "bprmf", "--profile", "paper", "--resume", "--dry-run"], tmp_path, capsys)
+    assert out.count("skip (done)") == 0 and out.count("  run\n") == 2
+    # The report names the setting that differs between the configurations it holds.
+    from reports.results import load_results
+
+    (change,) = load_results(tmp_path / "out").changes
+    assert change.label == "synthetic/bprmf seed 0" and change.differences == ("hidden: 64 -> 8",)
+
+
+def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):
+    """A run interrupted during training and resumed with another learning rate must start afresh."""
+    from benchmarks.evaluator import Evaluator
+
+    original, calls = Evaluator.evaluate, []
+
+    def crash_on_second_validation(self, model, split, *args, **kwargs):
+        calls.append(split)
+        if split == "valid" and calls.count("valid") == 2:
+            raise RuntimeError("simulated crash during training")
+        return original(self, model, split, *args, **kwargs)
+
+    monkeypatch.setattr(Evaluator, "evaluate", crash_on_second_validation)
+    argv = ["--models", "sasrec", *TINY, "--set", "sasrec:max_epochs=4"]
+    assert run(argv, tmp_path, capsys)[0] == 1  # the job failed after epoch 1; its checkpoint is kept
+    assert len(list((tmp_path / "out" / "checkpoints").glob("*.pt"))) == 1
+    monkeypatch.setattr(Evaluator, "evaluate", original)
+    code, _, _ = run([*argv, "--set", "sasrec:lr=0.05", "--resume"], tmp_path, capsys)
+    assert code == 0
+    (fresh,) = {row["key"]: row for row in rows(tmp_path)}.values()
+    assert fresh["resumed_from_epoch"] is None and fresh["train_settings"]["lr"] == 0.05
+    code, _, _ = run([*argv, "--resume"], tmp_path, capsys)  # the original settings resume their checkpoint
+    resumed = [row for row in rows(tmp_path) if row["train_settings"]["lr"] != 0.05]
+    assert code == 0 and {row["resumed_from_epoch"] for row in resumed} == {1}
+    assert not list((tmp_path / "out" / "checkpoints").glob("*.pt"))  # finished jobs keep only their results
+
+
+def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):
+    assert run(["--models", "pop", "bprmf", "fpmc"], tmp_path, capsys)[0] == 0
+    before = {(row["model"], row["protocol"]): row for row in rows(tmp_path)}
+    files = sorted(p.name for p in (tmp_path / "out" / "per_user").iterdir())
+    from models.bprmf import BPRMF
+
+    monkeypatch.setattr(BPRMF, "loss", lambda *args: (_ for _ in ()).throw(TypeError("simulated bug")))
+    code, out, err = run(["--models", "pop", "bprmf", "fpmc"], tmp_path, capsys)  # no --resume: rerun all
+    assert code == 1
+    assert "1 of 3 job(s) failed" in err and "synthetic/bprmf/seed0" in err and "TypeError: simulated bug" in err
+    assert "Traceback" not in err
+    after = {(row["model"], row["protocol"]): row for row in rows(tmp_path)}
+    assert after.keys() == before.keys() and len(rows(tmp_path)) == len(before)  # nothing lost, nothing doubled
+    assert after[("bprmf", "full")] == before[("bprmf", "full")]  # the finished result survived the failure
+    assert after[("fpmc", "full")]["created"] >= before[("fpmc", "full")]["created"]  # jobs after it ran
+    assert sorted(p.name for p in (tmp_path / "out" / "per_user").iterdir()) == files
+    (failure,) = [json.loads(line) for line in (tmp_path / "out" / "failed.jsonl").read_text().splitlines()]
+    assert failure["run_id"] == "synthetic/bprmf/seed0" and failure["error_type"] == "TypeError"
+    monkeypatch.undo()
+    assert run(["--models", "bprmf"], tmp_path, capsys)[0] == 0
+    assert (tmp_path / "out" / "failed.jsonl").read_text() == ""  # the key finished again: its failure is gone
+
+
+def test_a_diverging_job_is_a_failed_row_not_a_crash(tmp_path, capsys):
+    code, _, err = run(["--models", "pop", "bprmf", "--set", "bprmf:lr=1e30", "--set", "bprmf:reg=1e30"],
+                       tmp_path, capsys)
+    assert code == 1 and "training loss became nan" in err and "lower the learning rate" in err
+    assert {row["model"] for row in rows(tmp_path)} == {"pop"}
+
+
+@requires_shared_data
+def test_missing_data_is_found_before_anything_is_prepared(tmp_path, capsys):
+    code, _, err = run(["--datasets", "beauty", "steam", "--data-dir", str(SHARED_DATA)], tmp_path, capsys)
+    assert code == 2
+    assert "dataset 'steam'" in err and "steam.txt" in err and "steam_reviews.json" in err
+    assert "beauty" not in err.split("dataset 'steam'")[0].replace("--datasets", "")
+    assert not (tmp_path / "cache" / "prepared").exists()  # Beauty was not even parsed
+    assert not (tmp_path / "out").exists()  # nothing trained, nothing written
+
+
+def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monkeypatch):
+    import datasets.registry
+
+    with socket.socket() as closed:  # a port nobody listens on: every download fails at once
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    monkeypatch.setattr(datasets.registry, "URLS", {name: f"{dead}/{name}" for name in datasets.registry.URLS})
+    monkeypatch.delenv("RECBENCH_DATA_DIR", raising=False)
+    code, _, err = run(["--datasets", "beauty", "ml-1m"], tmp_path, capsys)
+    assert code == 2 and "dataset 'beauty'" in err and "dataset 'ml-1m'" in err
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("hidden=abc", "bprmf: hidden='abc' must be an integer"),
+    ("lr=fast", "pop, bprmf: lr='fast' must be a number"),
+    ("lr=true", "pop, bprmf: lr=true must be a number"),
+    ("batch_size=64.0", "pop, bprmf: batch_size=64.0 must be an integer"),
+    ("lr=-1", "pop, bprmf: lr=-1.0 must be > 0"),
+    ("foo:hidden=4", "--set 'foo:hidden=4': 'foo' is not a model"),
+    ("bprmf:layers=2", "--set 'bprmf:layers=2': no bprmf or trainer setting has a field 'layers'"),
+])
+def test_bad_settings_fail_before_training_in_one_line(setting, message, tmp_path, capsys):
+    code, _, err = run(["--models", "pop", "bprmf", "--set", setting], tmp_path, capsys)
+    assert code == 2
+    assert err.strip() == f"error: {message}" or err.strip().startswith(f"error: {message}")
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_user_errors_are_one_or_two_lines_and_debug_shows_the_traceback(tmp_path, capsys):
+    code, _, err = run(["--models", "pop", "--device", "tpu"], tmp_path, capsys)
+    assert code == 2 and err.strip() == "error: unknown device 'tpu'; expected auto, cpu or cuda[:N]"
+    with pytest.raises(Exception, match="unknown device"):
+        run(["--models", "pop", "--device", "tpu", "--debug"], tmp_path)
+
+
+def test_bad_data_file_is_one_error_naming_file_and_line(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "beauty.txt").write_text("1 1\n1 2\n1 x\n")
+    code, _, err = run(["--datasets", "beauty", "--data-dir", str(data)], tmp_path, capsys)
+    assert code == 2 and "beauty.txt" in err and "line 3" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_dry_run_prints_jobs_with_settings_and_keys_and_runs_nothing(tmp_path, capsys):
+    code, out, _ = run(["--models", "pop", "sasrec", "--seeds", "0", "1", "--dry-run"], tmp_path, capsys)
+    assert code == 0 and out.count(" key ") == 4 and "model: max_len=" in out and "train: optimizer=" in out
+    assert "train: (no training)" in out  # POP
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_invocation_accumulates_in_the_manifest_and_config(tmp_path, capsys):
+    run(["--models", "pop"], tmp_path, capsys)
+    run(["--models", "bprmf", "--seeds", "0", "1"], tmp_path, capsys)
+    manifest = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    assert [entry["event"] for entry in manifest] == ["start", "end", "start", "end"]
+    assert [len(entry["jobs"]) for entry in manifest if entry["event"] == "start"] == [1, 2]
+    assert all(entry["command"] for entry in manifest if entry["event"] == "start")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert sorted(job["model"] for job in config["jobs"]) == ["bprmf", "bprmf", "pop"]
+    assert config["invocations"] == 2
+
+
+def test_two_jobs_at_once_give_the_metrics_of_one_at_a_time(tmp_path, capsys):
+    argv = ["--models", "pop", "bprmf", "fpmc", "sasrec", *TINY, "--threads", "1"]
+    assert run([*argv, "--jobs", "1"], tmp_path, capsys, output="serial")[0] == 0
+    code, out, _ = run([*argv, "--jobs", "2"], tmp_path, capsys, output="parallel")
+    assert code == 0 and "done [4/4]" in out
+
+    def metrics(output):
+        return {(row["model"], row["protocol"]): row["metrics"] for row in rows(tmp_path, output)}
+
+    assert metrics("parallel") == metrics("serial") and len(metrics("serial")) == 8
+
+
+# ------------------------------------------------------------------------------------ separate processes
+
+def cli(tmp_path, *argv, output="out"):
+    """``python run_all.py`` in a new process group (so that a signal reaches only it and its workers)."""
+    env = {**os.environ, "RECBENCH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    log = open(tmp_path / f"{output}.log", "w")
+    return subprocess.Popen([sys.executable, "run_all.py", *argv, "--output", str(tmp_path / output), "--quiet",
+                             "--no-report"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def wait_for(condition, process, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, "the run ended before the condition was met"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(status.parent.name))
+    return found
+
+
+SLOW_JOBS = ["--models", "pop", "sasrec", "fpmc", "--set", "time_budget_s=none", "--set", "sasrec:max_epochs=6",
+             "--set", "sasrec:max_len=30", "--set", "sasrec:patience=100", "--set", "fpmc:max_epochs=6"]
+
+
+def assert_each_result_once(tmp_path, output="out"):
+    found = [(row["model"], row["protocol"]) for row in rows(tmp_path, output)]
+    assert sorted(found) == sorted({(model, protocol) for model in ("pop", "sasrec", "fpmc")
+                                    for protocol in ("full", "pop100")})
+
+
+def test_killing_a_worker_loses_and_duplicates_nothing(tmp_path):
+    process = cli(tmp_path, *SLOW_JOBS, "--jobs", "2", "--threads", "1")
+    checkpoints = tmp_path / "out" / "checkpoints"
+    wait_for(lambda: any(checkpoints.glob("*sasrec*.pt")), process)
+    workers = [pid for pid in children(process.pid) if b"loky" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert workers
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    assert process.wait(timeout=300) == 0, (tmp_path / "out.log").read_text()
+    assert "a worker process died" in (tmp_path / "out.log").read_text()
+    assert_each_result_once(tmp_path)
+    sasrec = next(row for row in rows(tmp_path) if row["model"] == "sasrec")
+    assert sasrec["resumed_from_epoch"] >= 1  # training went on from its checkpoint
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_killing_the_driver_then_resume_loses_and_duplicates_nothing(tmp_path, jobs):
+    process = cli(tmp_path, *SLOW_JOBS, "--jobs", jobs, "--threads", "1")
+    checkpoints = tmp_path / "out" / "checkpoints"
+    wait_for(lambda: any(checkpoints.glob("*sasrec*.pt")), process)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    finished_before = {(row["model"], row["protocol"]) for row in rows(tmp_path)} if (
+        tmp_path / "out" / "results.jsonl").exists() else set()
+    assert ("sasrec", "full") not in finished_before
+    again = cli(tmp_path, *SLOW_JOBS, "--jobs", jobs, "--threads", "1", "--resume", output="out")
+    assert again.wait(timeout=300) == 0, (tmp_path / "out.log").read_text()
+    assert_each_result_once(tmp_path)
+    sasrec = next(row for row in rows(tmp_path) if row["model"] == "sasrec")
+    assert sasrec["resumed_from_epoch"] >= 1
+
+
+def test_ctrl_c_stops_with_one_line_saying_how_to_resume(tmp_path):
+    process = cli(tmp_path, *SLOW_JOBS)
+    wait_for(lambda: any((tmp_path / "out" / "checkpoints").glob("*sasrec*.pt")), process)
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    log = (tmp_path / "out.log").read_text()
+    assert "Traceback" not in log
+    assert log.strip().splitlines()[-1].startswith("interrupted: finished jobs are recorded in")
+    assert "--resume" in log.strip().splitlines()[-1]
+
+
+def test_a_dask_cluster_on_this_machine_runs_the_grid(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RECBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    address = f"tcp://127.0.0.1:{port}"
+    common = ["--no-dashboard", "--host", "127.0.0.1"]
+    cluster = [subprocess.Popen(["dask", "scheduler", "--port", str(port), *common], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        cluster += [subprocess.Popen(["dask", "worker", address, "--nthreads", "1", *common], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+        from dask.distributed import Client
+
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=60)
+        argv = ["--models", "pop", "bprmf", "fpmc", "--threads", "1"]
+        code, out, _ = run([*argv, "--dask-scheduler", address], tmp_path, capsys, output="dask")
+        assert code == 0 and "done [3/3]" in out
+        assert run(argv, tmp_path, capsys, output="local")[0] == 0
+
+        def metrics(output):
+            return {(row["model"], row["protocol"]): row["metrics"] for row in rows(tmp_path, output)}
+
+        assert metrics("dask") == metrics("local") and len(metrics("dask")) == 6
+    finally:
+        for process in cluster:
+            process.terminate()
+        for process in cluster:
+            process.wait(timeout=30)
