@@ -37,7 +37,6 @@ def cpu_threads() -> int:
 class Executor:
     def __init__(self, *, n_jobs: int = 1, threads: int | None = None, device: str = "auto",
                  dask_scheduler: str | None = None, progress: bool = True, log=print):
-        self.check(n_jobs, device, dask_scheduler, threads)
         self.n_jobs, self.dask_scheduler, self.log = n_jobs, dask_scheduler, log
         self.client = None
         if dask_scheduler:

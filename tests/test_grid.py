@@ -289,10 +289,12 @@ def test_a_dask_cluster_on_this_machine_runs_the_grid(tmp_path, capsys):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RECBENCH_CACHE_DIR": str(tmp_path / "cache")}
     address = f"tcp://127.0.0.1:{port}"
     common = ["--no-dashboard", "--host", "127.0.0.1"]
-    cluster = [subprocess.Popen(["dask", "scheduler", "--port", str(port), *common], env=env,
+    cluster = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port),
+                                 *common], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
-        cluster += [subprocess.Popen(["dask", "worker", address, "--nthreads", "1", *common], env=env,
+        cluster += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                      *common], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
         from dask.distributed import Client
 
