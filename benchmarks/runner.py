@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -169,6 +171,7 @@ class JobPayload:
     progress: bool
     commit: str
     device_pool: object = None  # a queue of CUDA devices shared by local workers, or None
+    driver_pid: int = field(default_factory=os.getpid)  # the process that planned the job
 
 
 @dataclass
@@ -193,6 +196,8 @@ def run_job(payload: JobPayload, data: SequenceData, log=None) -> JobOutcome:
     started = time.perf_counter()
     job = payload.planned
     device = None
+    if os.getppid() == payload.driver_pid:
+        _exit_with_driver(payload.driver_pid)
     try:
         if payload.threads:
             torch.set_num_threads(payload.threads)
@@ -206,6 +211,25 @@ def run_job(payload: JobPayload, data: SequenceData, log=None) -> JobOutcome:
     finally:
         if payload.device_pool is not None and device is not None:
             payload.device_pool.put(device)
+
+
+_watching_driver = False
+
+
+def _exit_with_driver(driver_pid: int) -> None:
+    """In a local worker process: end this process as soon as the driver that started it is gone (killed), so
+    that an orphaned worker never goes on writing a checkpoint that a resumed run is using."""
+    global _watching_driver
+    if _watching_driver:
+        return
+    _watching_driver = True
+
+    def watch() -> None:
+        while os.getppid() == driver_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-driver", daemon=True).start()
 
 
 def _one_line(error: BaseException) -> str:

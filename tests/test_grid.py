@@ -258,8 +258,13 @@ def test_killing_the_driver_then_resume_loses_and_duplicates_nothing(tmp_path, j
     process = cli(tmp_path, *SLOW_JOBS, "--jobs", jobs, "--threads", "1")
     checkpoints = tmp_path / "out" / "checkpoints"
     wait_for(lambda: any(checkpoints.glob("*sasrec*.pt")), process)
+    workers = children(process.pid)
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):  # orphaned workers end themselves
+        assert time.monotonic() < deadline, "worker processes outlived the killed driver"
+        time.sleep(0.1)
     finished_before = {(row["model"], row["protocol"]) for row in rows(tmp_path)} if (
         tmp_path / "out" / "results.jsonl").exists() else set()
     assert ("sasrec", "full") not in finished_before
