@@ -58,6 +58,8 @@ def chunk_users(device: torch.device, n_columns: int, history_length: int) -> in
     positions (see ``ACTIVATION_FLOATS_PER_POSITION_PAIR``)."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
+        # Blocks torch's caching allocator holds but does not use are free to it, though not to the driver.
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         budget = CUDA_FREE_SHARE * free
     else:
         budget = CPU_CHUNK_BYTES
