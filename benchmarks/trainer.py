@@ -126,7 +126,7 @@ class Trainer:
         if checkpoint is not None and checkpoint.exists():
             saved = torch.load(checkpoint, map_location=device, weights_only=False)
             model.load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
+            self._load_optimizer(optimizer, saved["optimizer"])
             schedule.load_state_dict(saved["schedule"])
             state = saved["state"]
             self._restore_generator(generator, saved, s.seed, state["epoch"])
@@ -209,6 +209,16 @@ class Trainer:
             if not math.isfinite(value):
                 raise FloatingPointError(f"{model.name}: training loss became {value} at epoch {epoch}, batch "
                                          f"{number}; lower the learning rate (now {self.settings.lr})")
+
+    @staticmethod
+    def _load_optimizer(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+        """The checkpoint's optimizer state, keeping the implementation chosen for this device (a fused CUDA
+        Adam's checkpoint resumed on the CPU continues with the CPU's implementation)."""
+        chosen = [{key: group[key] for key in ("fused", "foreach", "capturable") if key in group}
+                  for group in optimizer.param_groups]
+        optimizer.load_state_dict(saved)
+        for group, implementation in zip(optimizer.param_groups, chosen):
+            group.update(implementation)
 
     @staticmethod
     def _restore_generator(generator: torch.Generator, saved: dict, seed: int, epoch: int) -> None:
