@@ -9,11 +9,16 @@ is its mean over those ranks, so a constant scorer gets exactly the random-ranki
 - NDCG@k = E[1/log2(rank+1) · 1{rank ≤ k}]   (one relevant item, so IDCG = 1)
 - MRR    = E[1/rank]                         (over all candidates, not truncated)
 
-Scoring is batched: one ``score`` call per chunk of users, then vectorised comparisons with the target's score
-(no sorting). The per-user counts are kept so that every metric and paired tests can be recomputed later.
+Scoring is batched: one ``score`` call per chunk of users (as many as the device's memory allows, see
+:func:`chunk_users`), then vectorised comparisons with the target's score (no sorting). Under full ranking the
+comparisons run over every column, and the excluded columns (padding, the user's history) are taken back out
+of the counts afterwards, so the evaluator never writes into the scores a model returned (a model may hand back
+its own tensor or a broadcast view of it). The per-user counts are kept so that every metric and paired tests
+can be recomputed later.
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
 from datasets.sequences import LeaveOneOutSplit
@@ -31,9 +37,60 @@ TIE_POLICIES = ("expected", "pessimistic", "optimistic")
 DEFAULT_METRICS = ("HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR")  # the paper's Table 2 rows
 
 
-def _count(mask: torch.Tensor) -> torch.Tensor:
-    """Row-wise number of True values; summing the bytes as int32 is twice as fast as a bool sum on CPU."""
-    return mask.view(torch.uint8).sum(1, dtype=torch.int32)
+# Memory one scoring chunk may take: scores, comparison masks and the model's activations (``chunk_users``).
+CPU_CHUNK_BYTES = 128 * 2**20
+CUDA_FREE_SHARE = 0.5  # of the CUDA device's free memory
+# Per user, besides its row of scores, a model's activations are taken as at most this many floats per pair of
+# history positions and per position: an attention model holds a T × T mask and weights per head (BERT4Rec and
+# SASRec at T = 200, h = 2 measured 4.3 T² floats per user in all), a recurrent one a few states per position.
+ACTIVATION_FLOATS_PER_POSITION_PAIR = 8
+ACTIVATION_FLOATS_PER_POSITION = 512
+# On the CPU, score rows are compared a slice at a time so that each slice is read from the cache, not memory.
+CPU_SLICE_BYTES = 2**18
+# Users per seeded draw of the sampled protocols' candidate order (the evaluator's former fixed chunk size).
+ORDER_BLOCK = 256
+
+
+def chunk_users(device: torch.device, n_columns: int, history_length: int) -> int:
+    """How many users one ``score`` call gets: as many as fit the memory budget (CPU: ``CPU_CHUNK_BYTES``;
+    CUDA: ``CUDA_FREE_SHARE`` of the free device memory), at least one. A user costs its ``n_columns`` float32
+    scores with two bytes of comparison masks each, and the model's activations for ``history_length``
+    positions (see ``ACTIVATION_FLOATS_PER_POSITION_PAIR``)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        # Blocks torch's caching allocator holds but does not use are free to it, though not to the driver.
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        budget = CUDA_FREE_SHARE * free
+    else:
+        budget = CPU_CHUNK_BYTES
+    T = max(history_length, 1)
+    per_user = 6 * n_columns + 4 * (ACTIVATION_FLOATS_PER_POSITION_PAIR * T * T + ACTIVATION_FLOATS_PER_POSITION * T)
+    return max(1, int(budget // per_user))
+
+
+def compare_rows(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """For each row of ``scores`` (B, C): how many entries are above its ``reference`` (B, 1) and how many equal
+    it, as int64 (B,) tensors, and the largest entry of all (NaN if any entry is NaN). Reads ``scores`` (any
+    layout, e.g. a broadcast view) and compares in float32; never writes into it.
+
+    On the CPU the rows are compared a slice of ``CPU_SLICE_BYTES`` at a time, while the slice is in the cache,
+    and counted by numpy: torch's row count of a bool matrix is five times slower there (its uint8 → int32 sum
+    is not vectorised), and comparing a whole chunk at once reads it from memory twice more."""
+    reference = reference.float()
+    if scores.device.type != "cpu":
+        return (scores > reference).sum(1), (scores == reference).sum(1), float(scores.max())
+    B, C = scores.shape
+    above, equal = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
+    rows = max(1, CPU_SLICE_BYTES // (4 * max(C, 1)))
+    mask = np.empty((min(rows, B), C), dtype=bool)
+    highest = -np.inf
+    for start in range(0, B, rows):
+        part = scores[start:start + rows].float().numpy()
+        threshold, hits = reference[start:start + rows].numpy(), mask[:len(part)]
+        highest = np.maximum(highest, part.max(initial=-np.inf))  # NaN propagates
+        above[start:start + rows] = np.count_nonzero(np.greater(part, threshold, out=hits), axis=1)
+        equal[start:start + rows] = np.count_nonzero(np.equal(part, threshold, out=hits), axis=1)
+    return torch.from_numpy(above), torch.from_numpy(equal), float(highest)
 
 
 @contextmanager
@@ -149,12 +206,19 @@ class Evaluation:
 
 
 class Evaluator:
-    """Scores any :class:`Recommender` on the validation or test view of one leave-one-out split."""
+    """Scores any :class:`Recommender` on the validation or test view of one leave-one-out split.
+
+    ``batch_size``: users per ``score`` call, or None to size each chunk to the device's memory
+    (:func:`chunk_users`); the counts do not depend on it. ``progress``: a bar of users scored, with the time
+    left, for every evaluation (``evaluate(progress=...)`` overrides it for one call)."""
 
     def __init__(self, split: LeaveOneOutSplit, seed: int, cache_dir: Path | None = None,
-                 batch_size: int = 256, metrics=DEFAULT_METRICS, tie_policy: str = "expected"):
+                 batch_size: int | None = None, metrics=DEFAULT_METRICS, tie_policy: str = "expected",
+                 progress: bool = False):
         if tie_policy not in TIE_POLICIES:
             raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {TIE_POLICIES}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1 (or None: sized to the device's memory)")
         self.split = split
         self.seed = seed
         self.cache_dir = cache_dir
@@ -163,6 +227,7 @@ class Evaluator:
         for name in self.metrics:
             _parse_metric(name)  # fail now, not after training
         self.tie_policy = tie_policy
+        self.progress = progress
         self._views = {}
         self._negatives = {}
 
@@ -178,78 +243,96 @@ class Evaluator:
         return self._negatives[key]
 
     def evaluate(self, model: Recommender, split: str, protocol: str, model_name: str | None = None,
-                 users: np.ndarray | None = None) -> Evaluation:
+                 users: np.ndarray | None = None, progress: bool | None = None) -> Evaluation:
         """Rank each user's target among the protocol's candidates; ``users`` restricts to some rows."""
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
         started = time.perf_counter()
-        counts = self.rank_counts(model, split, protocol, model_name or type(model).__name__, users)
+        counts = self.rank_counts(model, split, protocol, model_name or type(model).__name__, users, progress)
         per_user = per_user_metrics(counts.greater, counts.ties, self.metrics, self.tie_policy)
         return Evaluation(protocol, split, self.tie_policy, summarize(per_user), counts,
                           time.perf_counter() - started)
 
     def rank_counts(self, model: Recommender, split: str, protocol: str, model_name: str,
-                    users: np.ndarray | None = None) -> RankCounts:
+                    users: np.ndarray | None = None, progress: bool | None = None) -> RankCounts:
         view = self.view(split)
         rows = np.arange(len(view), dtype=np.int64) if users is None else np.asarray(users, dtype=np.int64)
         negatives = self.negatives(split, protocol) if protocol != "full" else None
+        n_columns = self.split.n_items + 1 if negatives is None else negatives.shape[1] + 1
+        batch_size = self.batch_size or chunk_users(model.device, n_columns, model.history_length)
         greater = np.zeros(len(rows), dtype=np.int64)
         ties = np.zeros(len(rows), dtype=np.int64)
-        with evaluation_mode(model):
-            for start, chunk, users_t, histories in history_batches(model, view, rows, self.batch_size):
+        bar = tqdm(total=len(rows), desc=f"{model_name} {split} {protocol}", unit="user", leave=False,
+                   dynamic_ncols=True, disable=not (self.progress if progress is None else progress))
+        with evaluation_mode(model), bar:
+            for start, chunk, users_t, histories in history_batches(model, view, rows, batch_size):
                 targets = torch.from_numpy(view.targets[chunk]).to(histories.device)
                 if negatives is None:
                     g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
                 else:
-                    g, t = self._sampled_counts(model, model_name, chunk, users_t, histories, targets,
+                    order = self._candidate_order(rows, start, start + len(chunk), n_columns)
+                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order.to(targets.device),
                                                 torch.from_numpy(negatives[view.users[chunk]]).to(histories.device))
                 greater[start:start + len(chunk)] = g.cpu().numpy()
                 ties[start:start + len(chunk)] = t.cpu().numpy()
+                bar.update(len(chunk))
         return RankCounts(view.users[rows], greater, ties)
 
-    def _check(self, scores: torch.Tensor, shape: tuple, model_name: str) -> torch.Tensor:
+    def _check_shape(self, scores: torch.Tensor, shape: tuple, model_name: str) -> None:
         if tuple(scores.shape) != shape:
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: score() returned shape "
                              f"{tuple(scores.shape)}, expected {shape}")
-        scores = scores.float().contiguous()  # a broadcast view (POP) becomes a matrix we may scan and write
-        highest = scores.max()  # one pass: max propagates NaN and is +inf if any score is
-        if torch.isnan(highest) or torch.isposinf(highest):
+
+    def _check_highest(self, highest: float, model_name: str) -> None:
+        """``highest``, the largest score, is NaN if any score is and +inf if any score is."""
+        if math.isnan(highest) or highest == math.inf:
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: scores contain NaN or "
                              f"+inf; the model diverged or has a bug (check its learning rate and inputs)")
-        return scores
 
     def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets):
         n_slots = self.split.n_items + 1
-        scores = self._check(model.score(users_t, histories, None), (len(chunk), n_slots), model_name)
-        target_scores = scores.gather(1, targets[:, None])
-        # Excluded: padding, every item of the input history, and the target itself (it is not its own rival).
+        scores = model.score(users_t, histories, None)
+        self._check_shape(scores, (len(chunk), n_slots), model_name)
+        target_scores = scores.gather(1, targets[:, None]).float()
+        above, equal, highest = compare_rows(scores, target_scores)
+        self._check_highest(highest, model_name)
+        # The counts covered every column. Taken back out: padding (column 0) and each distinct item of the input
+        # history (except the target, which stays a candidate when it was consumed before), plus the target
+        # itself, which equals its own score.
         history_rows, history_items = view.flat(chunk)
-        rows = torch.from_numpy(history_rows).to(scores.device)
-        items = torch.from_numpy(history_items).to(scores.device)
-        scores[:, 0] = -torch.inf
-        scores[rows, items] = -torch.inf
-        scores.scatter_(1, targets[:, None], -torch.inf)
-        greater = _count(scores > target_scores)
-        ties = _count(scores >= target_scores) - greater
-        hopeless = torch.isneginf(target_scores[:, 0])
-        if hopeless.any():
-            # A target scored -inf ties with every other -inf candidate but not with the excluded columns.
-            excluded = torch.zeros_like(scores, dtype=torch.bool)
-            excluded[:, 0] = True
-            excluded[rows, items] = True
-            excluded.scatter_(1, targets[:, None], True)
-            ties = torch.where(hopeless, _count(torch.isneginf(scores) & ~excluded), ties)
+        device = scores.device
+        keys = torch.from_numpy(history_rows * n_slots + history_items).to(device)
+        keys = keys[torch.from_numpy(history_items).to(device) != targets[torch.from_numpy(history_rows).to(device)]]
+        padding = torch.arange(len(chunk), device=device) * n_slots
+        keys = torch.unique(torch.cat([padding, keys]))
+        rows, items = keys // n_slots, keys % n_slots
+        excluded, reference = scores[rows, items].float(), target_scores[rows, 0]
+        above, equal = above.to(device), equal.to(device)
+        greater = above - torch.bincount(rows[excluded > reference], minlength=len(chunk))
+        ties = equal - 1 - torch.bincount(rows[excluded == reference], minlength=len(chunk))
         return greater, ties
 
-    def _sampled_counts(self, model, model_name, chunk, users_t, histories, targets, negatives):
+    def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:
+        """Column order of the candidates of ``rows[start:stop]``: one random permutation per user, drawn in
+        blocks of ``ORDER_BLOCK`` users from a generator seeded by the seed and the block's first user, so that
+        it does not depend on how the users are chunked."""
+        first = start - start % ORDER_BLOCK
+        orders = []
+        for block in range(first, stop, ORDER_BLOCK):
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + int(rows[block]))
+            orders.append(torch.rand(len(rows[block:block + ORDER_BLOCK]), width, generator=generator).argsort(1))
+        return torch.cat(orders)[start - first:stop - first]
+
+    def _sampled_counts(self, model, model_name, users_t, histories, targets, order, negatives):
         # The target goes to a random column (fixed by seed) so no model can learn where it sits.
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + int(chunk[0]))
-        order = torch.rand(len(chunk), negatives.shape[1] + 1, generator=generator).argsort(1).to(targets.device)
         candidates = torch.cat([targets[:, None], negatives], 1).gather(1, order)
         target_column = (order == 0).float().argmax(1, keepdim=True)
-        scores = self._check(model.score(users_t, histories, candidates), tuple(candidates.shape), model_name)
+        scores = model.score(users_t, histories, candidates)
+        self._check_shape(scores, tuple(candidates.shape), model_name)
+        scores = scores.float()
+        self._check_highest(float(scores.max()), model_name)
         target_scores = scores.gather(1, target_column)
         others = torch.ones_like(scores, dtype=torch.bool).scatter_(1, target_column, False)
-        greater = _count((scores > target_scores) & others)
-        ties = _count((scores == target_scores) & others)
+        greater = ((scores > target_scores) & others).sum(1)
+        ties = ((scores == target_scores) & others).sum(1)
         return greater, ties

@@ -3,6 +3,11 @@
 Adam or AdamW with linear warm-up then linear decay, gradient clipping, bf16 autocast on CUDA, early stopping
 on a validation metric with a patience, an epoch cap and a wall-clock budget, restore of the best weights, and
 a checkpoint after every validation so that an interrupted run resumes where it stopped.
+
+On a GPU the loop itself never makes the host wait for the device between steps: the running loss stays on the
+device and is checked for NaN/inf every ``FINITE_CHECK_STEPS`` batches and at the epoch's end (the model's own
+loss may still wait, e.g. for data-dependent shapes). ``compile`` runs the model's loss through
+``torch.compile``.
 """
 from __future__ import annotations
 
@@ -16,11 +21,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from datasets.sequences import Histories
 from benchmarks.evaluator import PROTOCOLS, check_metric_name
 from benchmarks.relevance import SELECTION_METRICS
+from datasets.sequences import Histories
 from models.base import NeuralRecommender, Recommender, Validator
 from models.base import require as require_setting
+
+
+FINITE_CHECK_STEPS = 50  # training batches between two checks that the loss is finite (each check waits for the device)
 
 
 @dataclass
@@ -41,6 +49,7 @@ class TrainSettings:
     valid_protocol: str = "full"
     valid_users: int | None = None  # validate on a fixed random subset of this many users (0 or None: all)
     amp: bool = True  # bf16 autocast, CUDA only
+    compile: bool = False  # torch.compile the model's loss (a first step per new batch shape compiles)
     progress: bool = True
     checkpoint: str | None = None  # path of the resumable checkpoint
     seed: int = 0  # shuffling, negatives and masks drawn during training
@@ -123,6 +132,7 @@ class Trainer:
         schedule = self._schedule(optimizer, s.max_epochs * batches_per_epoch)
         generator = torch.Generator(device=device).manual_seed(s.seed)
         use_amp = s.amp and device.type == "cuda"
+        loss_of = torch.compile(model.loss) if s.compile else model.loss
 
         state = {"epoch": 0, "best_metric": -math.inf, "best_epoch": 0, "bad_validations": 0,
                  "history": [], "train_seconds": 0.0, "finished": False, "best_weights": None}
@@ -130,10 +140,10 @@ class Trainer:
         if checkpoint is not None and checkpoint.exists():
             saved = torch.load(checkpoint, map_location=device, weights_only=False)
             model.load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
+            self._load_optimizer(optimizer, saved["optimizer"])
             schedule.load_state_dict(saved["schedule"])
-            generator.set_state(saved["generator"].cpu() if device.type == "cpu" else saved["generator"])
             state = saved["state"]
+            self._restore_generator(generator, saved, s.seed, state["epoch"])
         resumed_from_epoch = state["epoch"] if state["epoch"] else None
 
         started = time.perf_counter() - state["train_seconds"]
@@ -143,26 +153,30 @@ class Trainer:
             epoch = state["epoch"] + 1
             model.train()
             order = torch.randperm(n_examples, generator=generator, device=device)
-            loss_sum, out_of_time = 0.0, False
+            # The hot loop never waits for the device: losses stay there (their running sum in float64, the last
+            # FINITE_CHECK_STEPS of them for the divergence check) until the check and the epoch's end.
+            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+            recent = torch.zeros(FINITE_CHECK_STEPS, device=device)
+            out_of_time = False
             for b in range(batches_per_epoch):
                 rows = order[b * s.batch_size:(b + 1) * s.batch_size]
                 batch = {key: value[rows] for key, value in examples.items()}
                 with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
-                    loss = model.loss(batch, generator)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"{model.name}: training loss became {loss.item()} at epoch {epoch}, "
-                                             f"batch {b}; lower the learning rate (now {s.lr})")
+                    loss = loss_of(batch, generator)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if s.clip_norm:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip_norm)
                 optimizer.step()
                 schedule.step()
-                loss_sum += loss.item()
-                if s.time_budget_s is not None and time.perf_counter() - started > s.time_budget_s:
-                    out_of_time = True
+                loss_sum += loss.detach()
+                recent[b % FINITE_CHECK_STEPS] = loss.detach()
+                out_of_time = s.time_budget_s is not None and time.perf_counter() - started > s.time_budget_s
+                if (b + 1) % FINITE_CHECK_STEPS == 0 or out_of_time or b + 1 == batches_per_epoch:
+                    self._check_finite(model, recent, epoch, b)
+                if out_of_time:
                     break
-            record = {"epoch": epoch, "loss": loss_sum / (b + 1), "seconds": time.perf_counter() - started}
+            record = {"epoch": epoch, "loss": loss_sum.item() / (b + 1), "seconds": time.perf_counter() - started}
             last_epoch = epoch >= s.max_epochs or out_of_time
             if validate is not None and (epoch % s.valid_every == 0 or last_epoch):
                 metrics = validate(model)
@@ -179,23 +193,64 @@ class Trainer:
             state["epoch"] = epoch
             state["train_seconds"] = time.perf_counter() - started
             state["finished"] = last_epoch or state["bad_validations"] >= s.patience
+            if state["finished"]:
+                state["stopped_by"] = ("max epochs" if epoch >= s.max_epochs else
+                                       "time budget" if out_of_time else "early stopping")
             bar.update(1)
             best = f"{state['best_metric']:.4f}" if state["best_metric"] > -math.inf else "–"
             bar.set_postfix(loss=f"{record['loss']:.4f}", **({f"best {s.valid_metric}": best} if validate else {}))
             if checkpoint is not None:
                 self._save(checkpoint, model, optimizer, schedule, generator, state)
+        stopped_by = state.get("stopped_by", "max epochs")
+        if stopped_by == "time budget":
+            # The bar stays on screen and says why it ended short of max_epochs.
+            bar.set_description_str(f"{model.name}: stopped by the {s.time_budget_s:g} s time budget")
+            bar.leave = True
         bar.close()
         if state["best_weights"] is not None:
             model.load_state_dict(state["best_weights"])
         return {"epochs_run": state["epoch"], "best_epoch": state["best_epoch"],
-                "best_valid": state["best_metric"] if validate else None,
+                "best_valid": state["best_metric"] if validate else None, "stopped_by": stopped_by,
                 "train_seconds": state["train_seconds"], "curve": state["history"],
                 "resumed_from_epoch": resumed_from_epoch, "settings": dataclasses.asdict(s)}
+
+    def _check_finite(self, model: NeuralRecommender, recent: torch.Tensor, epoch: int, batch: int) -> None:
+        """Raise if any of the losses since the last check (``recent``, a ring of the last FINITE_CHECK_STEPS
+        batches' losses, the current one at ``batch``) is NaN or infinite, naming the first such batch. Weights
+        stepped with it are never saved: the checkpoint is written after the epoch's final check."""
+        steps = batch % FINITE_CHECK_STEPS + 1  # batches since the last check
+        losses = recent[:steps].tolist()  # the one wait for the device per check
+        for number, value in enumerate(losses, start=batch - steps + 1):
+            if not math.isfinite(value):
+                raise FloatingPointError(f"{model.name}: training loss became {value} at epoch {epoch}, batch "
+                                         f"{number}; lower the learning rate (now {self.settings.lr})")
+
+    @staticmethod
+    def _load_optimizer(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+        """The checkpoint's optimizer state, keeping the implementation chosen for this device (a fused CUDA
+        Adam's checkpoint resumed on the CPU continues with the CPU's implementation)."""
+        chosen = [{key: group[key] for key in ("fused", "foreach", "capturable") if key in group}
+                  for group in optimizer.param_groups]
+        optimizer.load_state_dict(saved)
+        for group, implementation in zip(optimizer.param_groups, chosen):
+            group.update(implementation)
+
+    @staticmethod
+    def _restore_generator(generator: torch.Generator, saved: dict, seed: int, epoch: int) -> None:
+        """The checkpoint's random state when it was written on this device type. CPU and CUDA generators have
+        different states, so a checkpoint from the other type (a CUDA run resumed on the CPU) continues with a
+        generator seeded by ``seed`` and the epoch: its remaining draws differ from an uninterrupted run's, but
+        are still fixed by the seed."""
+        if saved.get("generator_device", generator.device.type) == generator.device.type:
+            generator.set_state(saved["generator"].cpu())
+        else:
+            generator.manual_seed(seed * 1_000_003 + epoch)
 
     @staticmethod
     def _save(path: Path, model, optimizer, schedule, generator, state) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(), "generator": generator.get_state(), "state": state}, tmp)
+                    "schedule": schedule.state_dict(), "generator": generator.get_state(),
+                    "generator_device": generator.device.type, "state": state}, tmp)
         tmp.replace(path)

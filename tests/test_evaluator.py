@@ -10,6 +10,7 @@ from benchmarks.evaluator import Evaluator, ScoreError, per_user_metrics
 from benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
 from datasets.sequences import LeaveOneOutSplit, SequenceData
 from models.base import Recommender, gather_candidates
+from tests.conftest import SHARED_DATA, requires_shared_data
 
 
 @dataclass
@@ -252,3 +253,180 @@ def test_target_scored_minus_infinity_ties_only_with_real_candidates(tmp_path):
     result = Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path).evaluate(
         FixedScorer(table), "test", "full")
     assert result.counts.greater.tolist() == [3] and result.counts.ties.tolist() == [3]
+
+
+# ------------------------------------------------------------------ scores the evaluator must not write into
+def reference_full_counts(model, split: LeaveOneOutSplit, which: str, batch_size: int = 256):
+    """Full-ranking (greater, ties) as the evaluator used to compute them: the scores copied, padding, history
+    and target set to −inf, then counted (a −inf target ties only with the remaining −inf candidates)."""
+    view = split.view(which)
+    greater, ties = [], []
+    with torch.inference_mode():
+        for start in range(0, len(view), batch_size):
+            chunk = np.arange(start, min(start + batch_size, len(view)))
+            histories = torch.from_numpy(view.padded(chunk, max(model.history_length, 1)))
+            scores = model.score(torch.from_numpy(view.users[chunk]), histories, None).float().clone()
+            targets = torch.from_numpy(view.targets[chunk])[:, None]
+            target_scores = scores.gather(1, targets)
+            excluded = torch.zeros_like(scores, dtype=torch.bool)
+            rows, items = view.flat(chunk)
+            excluded[:, 0] = True
+            excluded[torch.from_numpy(rows), torch.from_numpy(items)] = True
+            excluded.scatter_(1, targets, True)
+            scores[excluded] = -torch.inf
+            g = (scores > target_scores).sum(1)
+            t = (scores >= target_scores).sum(1) - g
+            hopeless = torch.isneginf(target_scores[:, 0])
+            t = torch.where(hopeless, (torch.isneginf(scores) & ~excluded).sum(1), t)
+            greater.append(g)
+            ties.append(t)
+    return torch.cat(greater).numpy(), torch.cat(ties).numpy()
+
+
+class StoredScores(FixedScorer):
+    """Returns its own stored tensor, the very object, whenever the whole table is asked for."""
+
+    def score(self, users, histories, candidates):
+        if candidates is None and torch.equal(users, torch.arange(len(self.table))):
+            return self.table
+        return super().score(users, histories, candidates)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 256])
+def test_full_ranking_never_writes_into_pop_counts(batch_size, tmp_path):
+    """POP returns ``counts.expand(B, -1)``, which is POP's own storage when B = 1."""
+    from models.pop import Pop
+
+    data = toy_data(n_users=40, n_items=60, length=12)
+    split = LeaveOneOutSplit(data)
+    pop = Pop(data.n_users, data.n_items)
+    pop.fit(split.train())
+    before = pop.counts.clone()
+    evaluator = Evaluator(split, seed=0, cache_dir=tmp_path, batch_size=batch_size)
+    first = evaluator.evaluate(pop, "test", "full")
+    assert torch.equal(pop.counts, before)
+    again = evaluator.evaluate(pop, "valid", "full")  # a later pass sees the same counts
+    assert torch.equal(pop.counts, before)
+    expected = reference_full_counts(pop, split, "test")
+    assert np.array_equal(first.counts.greater, expected[0]) and np.array_equal(first.counts.ties, expected[1])
+    assert np.array_equal(again.counts.greater, reference_full_counts(pop, split, "valid")[0])
+
+
+def test_full_ranking_never_writes_into_a_returned_stored_tensor(tmp_path):
+    data = toy_data()
+    split = LeaveOneOutSplit(data)
+    table = np.random.default_rng(0).integers(0, 5, (data.n_users, data.n_items + 1)).astype(np.float32)
+    model = StoredScores(table)
+    evaluator = Evaluator(split, seed=0, cache_dir=tmp_path, batch_size=data.n_users)
+    result = evaluator.evaluate(model, "test", "full")
+    assert np.array_equal(model.table.numpy(), table)
+    assert np.array_equal(result.counts.greater, reference_full_counts(FixedScorer(table), split, "test")[0])
+
+
+def repeat_data(n_users=50, n_items=40, seed=0) -> SequenceData:
+    """Histories with repeated items and targets that were consumed before."""
+    rng = np.random.default_rng(seed)
+    return SequenceData.from_sequences("repeats", [rng.integers(1, n_items + 1, rng.integers(3, 30))
+                                                   for _ in range(n_users)], n_items=n_items)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_full_counts_equal_the_masking_reference_with_ties_repeats_and_infinities(seed, tmp_path):
+    data = repeat_data(seed=seed)
+    split = LeaveOneOutSplit(data)
+    rng = np.random.default_rng(seed)
+    table = rng.integers(-2, 3, (data.n_users, data.n_items + 1)).astype(np.float32)  # many ties
+    table[rng.random(table.shape) < 0.1] = -np.inf
+    table[:, 0] = 10.0  # padding scored highest: never a rival
+    table[::7] = -np.inf  # users whose every score is −inf, target included
+    for which in ("valid", "test"):
+        expected = reference_full_counts(FixedScorer(table), split, which)
+        for batch_size in (1, 3, 256, None):
+            result = Evaluator(split, seed=0, cache_dir=tmp_path, batch_size=batch_size).evaluate(
+                FixedScorer(table), which, "full")
+            assert np.array_equal(result.counts.greater, expected[0]), (which, batch_size)
+            assert np.array_equal(result.counts.ties, expected[1]), (which, batch_size)
+
+
+def test_counts_and_candidates_do_not_depend_on_the_chunk_size(tmp_path):
+    class Recording(FixedScorer):
+        def score(self, users, histories, candidates):
+            if candidates is not None:
+                self.candidates.append(candidates.clone())
+            return super().score(users, histories, candidates)
+
+    data = toy_data(n_users=700, n_items=300, length=8)
+    split = LeaveOneOutSplit(data)
+    table = np.random.default_rng(0).integers(0, 4, (data.n_users, data.n_items + 1)).astype(np.float32)
+    subset = np.sort(np.random.default_rng(1).choice(data.n_users, 500, replace=False))
+    seen = {}
+    for batch_size in (256, 1, 100, None):
+        model = Recording(table)
+        model.candidates = []
+        evaluator = Evaluator(split, seed=4, cache_dir=tmp_path, batch_size=batch_size)
+        counts = [evaluator.evaluate(model, "test", protocol, users=subset).counts for protocol in ("pop100", "full")]
+        seen[batch_size] = ([np.r_[c.greater, c.ties] for c in counts], torch.cat(model.candidates))
+    for batch_size, (counts, candidates) in seen.items():
+        assert all(np.array_equal(a, b) for a, b in zip(counts, seen[256][0])), batch_size
+        assert torch.equal(candidates, seen[256][1]), batch_size  # same candidate columns for every user
+
+
+def test_chunks_fit_the_cpu_budget():
+    from benchmarks.evaluator import CPU_CHUNK_BYTES, chunk_users
+
+    cpu = torch.device("cpu")
+    for columns, history in ((3417, 200), (54543, 50), (101, 200), (26745, 200)):
+        users = chunk_users(cpu, columns, history)
+        assert users >= 1 and users * columns * 4 <= CPU_CHUNK_BYTES
+        assert chunk_users(cpu, columns * 2, history) <= users  # more items, fewer users
+        assert chunk_users(cpu, columns, history * 2) <= users  # longer histories, fewer users
+    assert chunk_users(cpu, 10**9, 200) == 1  # one user always fits
+
+
+def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
+    import benchmarks.evaluator as evaluator_module
+
+    shown = []
+
+    class Recording(evaluator_module.tqdm):
+        def update(self, n=1):
+            if not self.disable:
+                shown.append((self.total, n))
+            return super().update(n)
+
+    monkeypatch.setattr(evaluator_module, "tqdm", Recording)
+    data = toy_data(n_users=30)
+    evaluator = Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path, batch_size=8)
+    model = FixedScorer(np.zeros((data.n_users, data.n_items + 1)))
+    evaluator.evaluate(model, "test", "full", "fixed")
+    assert capsys.readouterr().err == "" and shown == []  # off by default
+    evaluator.evaluate(model, "test", "full", "fixed", progress=True)
+    err = capsys.readouterr().err
+    assert "fixed test full" in err and "/30" in err and "user/s" in err
+    assert shown == [(30, 8), (30, 8), (30, 8), (30, 6)]  # users scored out of the total, chunk by chunk
+    shown.clear()
+    Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path, progress=True).evaluate(model, "valid", "pop100")
+    assert sum(n for _, n in shown) == 30
+
+
+@pytest.mark.slow
+@requires_shared_data
+@pytest.mark.parametrize("name", ["pop", "sasrec"])
+def test_full_counts_on_beauty_equal_the_masking_reference(name):
+    """Every user of the real Beauty data (54,542 items): the counts equal the masking reference. Chunks of 256
+    users on both sides, since a network's scores may differ in the last bit with the batch they are computed in."""
+    from benchmarks.config import resolve
+    from datasets import load_dataset
+    from models import model_class
+
+    data = load_dataset("beauty", data_dir=SHARED_DATA, progress=False)
+    split = LeaveOneOutSplit(data)
+    torch.manual_seed(0)
+    model = model_class(name)(data.n_users, data.n_items, resolve(name, "beauty", "paper", ()).model)
+    if name == "pop":
+        model.fit(split.train())
+    else:
+        model.eval()  # untrained: scores close together, a hard case for ties
+    result = Evaluator(split, seed=0, batch_size=256).evaluate(model, "test", "full", name)
+    greater, ties = reference_full_counts(model, split, "test")
+    assert np.array_equal(result.counts.greater, greater) and np.array_equal(result.counts.ties, ties)

@@ -45,6 +45,7 @@ def test_early_stopping_keeps_the_best_weights():
     assert torch.equal(model.item_factors.weight, snapshots[1])
     assert [row["epoch"] for row in report["curve"]] == [1, 2, 3, 4]
     assert report["curve"][1]["valid_NDCG@10"] == pytest.approx(0.3)
+    assert report["stopped_by"] == "early stopping"
 
 
 def test_same_seed_same_weights_on_cpu():
@@ -90,11 +91,15 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     assert torch.equal(again.item_factors.weight, reference.item_factors.weight)
 
 
-def test_time_budget_stops_training():
+def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys):
     model = new_model()
-    report = Trainer(settings(max_epochs=10_000, time_budget_s=0.5)).fit(model, toy_split().train(), None)
+    report = Trainer(settings(max_epochs=10_000, time_budget_s=0.5, progress=True)).fit(model, toy_split().train(), None)
     assert report["epochs_run"] < 10_000
     assert report["train_seconds"] < 5
+    assert report["stopped_by"] == "time budget"
+    assert "bprmf: stopped by the 0.5 s time budget" in capsys.readouterr().err.splitlines()[-1]
+    report = Trainer(settings(max_epochs=2, progress=True)).fit(new_model(), toy_split().train(), None)
+    assert report["stopped_by"] == "max epochs" and "time budget" not in capsys.readouterr().err
 
 
 def test_bad_settings_and_devices_are_explained():
@@ -117,3 +122,67 @@ def test_diverging_loss_is_reported():
         model.user_factors.weight[0] = float("nan")
     with pytest.raises(FloatingPointError, match="lower the learning rate"):
         Trainer(settings()).fit(model, toy_split().train(), None)
+
+
+class DivergesAt(BPRMF):
+    """BPR-MF whose loss becomes NaN from its ``at``-th training batch on (counted from 0 over the run)."""
+
+    def __init__(self, at: int):
+        torch.manual_seed(0)
+        super().__init__(40, 60, BPRMFConfig(hidden=8))
+        self.at, self.calls = at, 0
+
+    def loss(self, batch, generator):
+        self.calls += 1
+        loss = super().loss(batch, generator)
+        return loss * float("nan") if self.calls > self.at else loss
+
+
+def test_divergence_between_two_checks_names_its_batch_and_is_never_saved(monkeypatch, tmp_path):
+    import benchmarks.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "FINITE_CHECK_STEPS", 4)
+    split = toy_split()  # 40 users × 8 training items = 320 examples: 5 batches of 64 per epoch
+    checkpoint = tmp_path / "run.pt"
+    with pytest.raises(FloatingPointError, match=r"became nan at epoch 2, batch 1; lower the learning rate \(now 0.05\)"):
+        Trainer(settings(checkpoint=str(checkpoint))).fit(DivergesAt(6), split.train(), None)
+    saved = torch.load(checkpoint, weights_only=False)  # written after epoch 1, before the NaN
+    assert saved["state"]["epoch"] == 1 and all(torch.isfinite(v).all() for v in saved["model"].values())
+    with pytest.raises(FloatingPointError, match="at epoch 1, batch 2;"):  # found by the check after batch 3
+        Trainer(settings()).fit(DivergesAt(2), split.train(), None)
+    monkeypatch.setattr(trainer_module, "FINITE_CHECK_STEPS", 50)
+    with pytest.raises(FloatingPointError, match="at epoch 1, batch 4;"):  # found at the epoch's end
+        Trainer(settings()).fit(DivergesAt(4), split.train(), None)
+
+
+def test_compile_runs_the_loss_through_torch_compile(monkeypatch):
+    compiled = []
+
+    def recording_compile(function, **options):
+        compiled.append(function)
+        return function
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    split = toy_split()
+    eager, through_compile = new_model(), new_model()
+    Trainer(settings(max_epochs=2)).fit(eager, split.train(), None)
+    assert compiled == []
+    Trainer(settings(max_epochs=2, compile=True)).fit(through_compile, split.train(), None)
+    assert compiled == [through_compile.loss]
+    assert torch.equal(eager.item_factors.weight, through_compile.item_factors.weight)
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager_on_cpu():
+    """torch.compile for real (inductor, CPU): the same training, to float tolerance."""
+    from models.sasrec import SASRecCE, SASRecConfig
+
+    split = toy_split()
+    weights = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        model = SASRecCE(40, 60, SASRecConfig(max_len=10, hidden=16, dropout=0.0, attention_dropout=0.0))
+        report = Trainer(settings(max_epochs=2, compile=compile)).fit(model, split.train(), None)
+        weights.append((model.item_embedding.detach().clone(), report["curve"][-1]["loss"]))
+    assert torch.allclose(weights[0][0], weights[1][0], atol=1e-4)
+    assert weights[0][1] == pytest.approx(weights[1][1], rel=1e-4)
