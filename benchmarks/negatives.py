@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from datasets.sequences import SequenceData
 
@@ -22,6 +23,7 @@ SAMPLED_PROTOCOLS = {"pop100": "popularity", "uni100": "uniform"}
 PAIRS = "pairs"  # relevance prediction: one uniform negative per user (benchmarks.relevance)
 _SPLIT_CODES = {"valid": 1, "test": 2}
 _PROTOCOL_CODES = {"pop100": 1, "uni100": 2, PAIRS: 3}
+PROGRESS_DELAY_S = 2.0  # a progress bar appears only for sampling that takes longer than this
 
 
 def candidate_weights(data: SequenceData, protocol: str) -> np.ndarray:
@@ -36,8 +38,11 @@ def candidate_weights(data: SequenceData, protocol: str) -> np.ndarray:
 
 
 def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.random.Generator,
-                     chunk_users: int = 2048) -> np.ndarray:
-    """``(n_users, n)`` item ids, per user drawn ∝ ``weights`` without replacement, avoiding the user's items."""
+                     chunk_users: int = 2048, progress: bool = True, desc: str = "negatives") -> np.ndarray:
+    """``(n_users, n)`` item ids, per user drawn ∝ ``weights`` without replacement, avoiding the user's items.
+
+    A progress bar (unless ``progress`` is False) counts the users done once sampling has run for
+    ``PROGRESS_DELAY_S``."""
     n_users, n_slots = data.n_users, data.n_items + 1
     positive = weights > 0
     user_of = data.user_index()
@@ -50,6 +55,8 @@ def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.ra
     cdf = np.cumsum(weights / weights.sum())
     cdf[-1] = 1.0
     out = np.zeros((n_users, n), dtype=np.int64)
+    bar = tqdm(total=n_users, desc=desc, unit=" users", unit_scale=True, disable=not progress,
+               delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
     for start in range(0, n_users, chunk_users):
         stop = min(start + chunk_users, n_users)
         rows = stop - start
@@ -78,12 +85,15 @@ def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.ra
             np.add.at(filled, rows_hit[keep], 1)
             pending = np.flatnonzero(filled < n)
             draws *= 2  # the rows still short are the ones whose allowed items carry little weight
+        bar.update(rows)
+    bar.close()
     return out
 
 
 def load_or_sample(data: SequenceData, split: str, protocol: str, seed: int, cache_dir: Path | None,
-                   n: int = 100) -> np.ndarray:
-    """The stored negatives for (dataset, split, protocol, seed), drawing and saving them the first time."""
+                   n: int = 100, progress: bool = True) -> np.ndarray:
+    """The stored negatives for (dataset, split, protocol, seed), drawing and saving them the first time
+    (with a progress bar when that takes more than a few seconds, unless ``progress`` is False)."""
     if split not in _SPLIT_CODES:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(_SPLIT_CODES)}")
     weights = candidate_weights(data, protocol)
@@ -95,7 +105,8 @@ def load_or_sample(data: SequenceData, split: str, protocol: str, seed: int, cac
             if cached.shape == (data.n_users, n):
                 return cached
     rng = np.random.default_rng([seed, _PROTOCOL_CODES[protocol], _SPLIT_CODES[split]])
-    negatives = sample_negatives(data, weights, n, rng)
+    negatives = sample_negatives(data, weights, n, rng, progress=progress,
+                                 desc=f"{data.name}: sampling {protocol} {split} negatives")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp.npy")

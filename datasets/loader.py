@@ -12,10 +12,13 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from datasets.download import download as fetch
 from datasets.download import sha256_of
@@ -67,7 +70,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     if isinstance(spec, SyntheticSpec):
         if source not in ("auto", "synthetic"):
             raise ValueError(f"dataset {name!r} is generated; source must be 'auto', not {source!r}")
-        return _load_synthetic(spec, cache)
+        return _load_synthetic(spec, cache, progress)
     kinds = [s.kind for s in spec.sources]
     if source != "auto" and source not in kinds:
         raise ValueError(f"dataset {name!r} has no source {source!r}; choose 'auto' or one of {kinds}")
@@ -185,21 +188,30 @@ def _prepare_cached(spec: DatasetSpec, located: Located, cache: Path, progress: 
     if provenance["matches_upstream_sha256"] is False:
         logger.warning("%s differs from the published file (sha256 %s, published %s); using it anyway",
                        path, file_sha256, source.sha256)
+    _status(progress, f"{spec.name}: preparing from {describe(path, member)} (once; later runs read the cache)")
     interactions = read_interactions(path, source.fmt, member, progress=progress)
+    _status(progress, f"{spec.name}: {len(interactions):,} interactions read; filtering, ordering and renumbering")
     data = prepare(interactions, source.preprocessing, spec.name, provenance)
     data.save(cached)
-    logger.info("%s: prepared from %s in %.1fs, cached at %s", spec.name, describe(path, member),
-                time.perf_counter() - started, cached)
+    _status(progress, f"{spec.name}: prepared in {time.perf_counter() - started:.1f}s ({data.n_users:,} users, "
+                      f"{data.n_items:,} items, {data.n_actions:,} actions), cached at {cached}")
     return data
 
 
-def _load_synthetic(spec: SyntheticSpec, cache: Path) -> SequenceData:
+def _status(progress: bool, message: str) -> None:
+    """One line about a step that may take a while, on stderr (through tqdm, so bars stay intact)."""
+    logger.info(message)
+    if progress:
+        tqdm.write(message, file=sys.stderr)
+
+
+def _load_synthetic(spec: SyntheticSpec, cache: Path, progress: bool) -> SequenceData:
     key = hashlib.sha256(json.dumps({**spec.params, "version": GENERATOR_VERSION},
                                     sort_keys=True).encode()).hexdigest()
     cached = cache / "prepared" / f"{spec.name}-{key[:16]}.npz"
     data = _load_cache(cached)
     if data is None:
-        data = generate(**spec.params, name=spec.name)
+        data = generate(**spec.params, name=spec.name, progress=progress)
         data.save(cached)
     return data
 

@@ -19,7 +19,7 @@ import io
 import re
 import zipfile
 from array import array
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
@@ -85,6 +85,7 @@ _KIND_PATTERNS = {
     "str": re.compile(r"\S+"),
 }
 _INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
+PROGRESS_DELAY_S = 2.0  # progress bars appear only for reading that takes longer than this
 _PANDAS_DTYPES = {"int": "int64", "float": "float64", "str": "object"}
 
 
@@ -93,18 +94,27 @@ def describe(path: Path, member: str | None) -> str:
 
 
 @contextmanager
-def open_binary(path: Path, member: str | None = None) -> Iterator[BinaryIO]:
-    """Open a plain file, a ``.gz`` file, or ``member`` of a zip archive, for reading bytes."""
+def open_binary(path: Path, member: str | None = None, progress: str | None = None) -> Iterator[BinaryIO]:
+    """Open a plain file, a ``.gz`` file, or ``member`` of a zip archive, for reading bytes.
+
+    With ``progress`` (a description), a bar counts the bytes read (of the compressed file, for a ``.gz``)
+    once reading has taken more than ``PROGRESS_DELAY_S``."""
     path = Path(path)
-    if member is not None:
-        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
-            yield stream
-    elif path.suffix == ".gz":
-        with gzip.open(path, "rb") as stream:
-            yield stream
-    else:
-        with open(path, "rb") as stream:
-            yield stream
+    with ExitStack() as stack:
+        def counted(stream: BinaryIO, total: int) -> BinaryIO:
+            if progress is None:
+                return stream
+            return stack.enter_context(tqdm.wrapattr(stream, "read", total=total, desc=progress, unit="B",
+                                                     unit_scale=True, unit_divisor=1024, leave=False,
+                                                     delay=PROGRESS_DELAY_S, dynamic_ncols=True))
+        if member is not None:
+            archive = stack.enter_context(zipfile.ZipFile(path))
+            yield counted(stack.enter_context(archive.open(member)), archive.getinfo(member).file_size)
+        elif path.suffix == ".gz":
+            raw = counted(stack.enter_context(open(path, "rb")), path.stat().st_size)
+            yield stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
+        else:
+            yield counted(stack.enter_context(open(path, "rb")), path.stat().st_size)
 
 
 def find_member(path: Path, patterns: tuple[str, ...]) -> str | None:
@@ -126,22 +136,25 @@ def find_member(path: Path, patterns: tuple[str, ...]) -> str | None:
 
 def read_interactions(path: str | Path, fmt: str, member: str | None = None,
                       progress: bool = False) -> Interactions:
-    """Parse ``path`` (or its zip ``member``) in format ``fmt``, one of :data:`FORMATS`."""
+    """Parse ``path`` (or its zip ``member``) in format ``fmt``, one of :data:`FORMATS`; with ``progress``, a
+    bar shows the bytes read when reading takes more than a few seconds."""
     path = Path(path)
     where = describe(path, member)
+    reading = f"reading {Path(member or path).name}" if progress else None
     if fmt not in FORMATS:
         raise DatasetFormatError(where, None, f"a known format ({', '.join(FORMATS)})", found=fmt)
     try:
         if fmt == STEAM_FORMAT:
-            return _read_steam(path, member, where, progress)
-        return _read_layout(path, member, where, LAYOUTS[fmt])
+            return _read_steam(path, member, where, reading)
+        return _read_layout(path, member, where, LAYOUTS[fmt], reading)
     except FileNotFoundError:
         raise
     except (OSError, EOFError, zipfile.BadZipFile) as exc:  # e.g. a .gz that is not gzip, a broken zip
         raise DatasetFormatError(where, None, "a readable file (plain, .gz or zip)", found=str(exc)) from exc
 
 
-def _read_layout(path: Path, member: str | None, where: str, layout: TextLayout) -> Interactions:
+def _read_layout(path: Path, member: str | None, where: str, layout: TextLayout,
+                 progress: str | None) -> Interactions:
     with open_binary(path, member) as stream:
         first = stream.readline()
         second = stream.readline() if layout.header else b""
@@ -155,26 +168,42 @@ def _read_layout(path: Path, member: str | None, where: str, layout: TextLayout)
         if not second:
             raise DatasetFormatError(where, None, f"data lines of {layout.description} after the header",
                                      found="only the header")
-    try:
-        frame = _parse_with_pandas(path, member, layout, header_lines)
-    except (ValueError, OverflowError) as exc:  # pandas' ParserError is a ValueError
-        raise _first_bad_line(path, member, where, layout, header_lines) or DatasetFormatError(
-            where, None, f"lines of {layout.description}", found=str(exc)) from exc
-    # Integer columns cannot hold NaN (pandas raised above); a short line or empty field shows up here.
-    if any(frame[name].isna().any() for name, kind in zip(layout.columns, layout.kinds) if kind != "int"):
-        raise _first_bad_line(path, member, where, layout, header_lines) or DatasetFormatError(
-            where, None, f"lines of {layout.description} with no empty field")
+    frame, problem = _try_pandas(path, member, layout, header_lines, progress=progress)
+    if frame is None:  # a bad line, or blank lines at the end of the file: find out which, line by line
+        error, data_lines = _scan_lines(path, member, where, layout, header_lines)
+        if error is not None:
+            raise error
+        if data_lines == 0:
+            raise DatasetFormatError(where, None, f"lines of {layout.description}", found="only blank lines")
+        frame, problem = _try_pandas(path, member, layout, header_lines, rows=data_lines)
+        if frame is None:  # the line-by-line scan found no fault that pandas did: report pandas' words
+            raise DatasetFormatError(where, None, f"lines of {layout.description}", found=problem)
     time = (frame["timestamp"].to_numpy(np.int64) if "timestamp" in frame
             else np.arange(len(frame), dtype=np.int64))
     return Interactions(where, _keys(frame["user"]), _keys(frame["item"]), time, 1 + header_lines)
 
 
-def _parse_with_pandas(path: Path, member: str | None, layout: TextLayout, header_lines: int) -> pd.DataFrame:
-    options = dict(header=None, names=list(layout.columns), index_col=False, skiprows=header_lines,
+def _try_pandas(path: Path, member: str | None, layout: TextLayout, header_lines: int,
+                rows: int | None = None, progress: str | None = None) -> tuple[pd.DataFrame | None, str | None]:
+    """The file (its first ``rows`` data lines) parsed by pandas, or ``(None, what pandas found)`` when a
+    line breaks the layout."""
+    try:
+        frame = _parse_with_pandas(path, member, layout, header_lines, rows, progress)
+    except (ValueError, OverflowError) as exc:  # pandas' ParserError is a ValueError
+        return None, str(exc)
+    # Integer columns cannot hold NaN (pandas raised above); a short line or empty field shows up here.
+    if any(frame[name].isna().any() for name, kind in zip(layout.columns, layout.kinds) if kind != "int"):
+        return None, "an empty field"
+    return frame, None
+
+
+def _parse_with_pandas(path: Path, member: str | None, layout: TextLayout, header_lines: int,
+                       rows: int | None = None, progress: str | None = None) -> pd.DataFrame:
+    options = dict(header=None, names=list(layout.columns), index_col=False, skiprows=header_lines, nrows=rows,
                    dtype={c: _PANDAS_DTYPES[k] for c, k in zip(layout.columns, layout.kinds)},
                    skip_blank_lines=False, keep_default_na=False, na_values=[""], quoting=csv.QUOTE_NONE,
                    encoding="latin-1", engine="c")
-    with open_binary(path, member) as stream:
+    with open_binary(path, member, progress) as stream:
         if len(layout.sep) == 1:
             return pd.read_csv(stream, sep=layout.sep, **options)
         # The C parser takes one-character separators only; '::' files are small (ML-1M: 24 MB).
@@ -189,25 +218,38 @@ def _keys(column: pd.Series) -> np.ndarray:
     return column.to_numpy(np.int64)
 
 
-def _first_bad_line(path: Path, member: str | None, where: str, layout: TextLayout,
-                    header_lines: int) -> DatasetFormatError | None:
-    """Scan the file line by line for the first line that breaks ``layout`` (only run after a failure)."""
+def _scan_lines(path: Path, member: str | None, where: str, layout: TextLayout,
+                header_lines: int) -> tuple[DatasetFormatError | None, int]:
+    """Scan the file line by line (only run after pandas failed): the first line that breaks ``layout``
+    (``None`` if none), and the number of data lines before the blank lines that end the file, if any.
+
+    Blank lines at the end of a file are accepted (editors and ``echo >>`` leave them); a blank line
+    followed by more data is an error, since it would shift every later line number."""
+    data_lines, blank_since = 0, None  # blank_since: line number of the first blank line of the current run
     with open_binary(path, member) as stream:
         text = io.TextIOWrapper(stream, encoding="latin-1", newline=None)
         for number, line in enumerate(text, 1):
             if number <= header_lines:
                 continue
             line = line.rstrip("\n")
+            if not line.strip():
+                blank_since = number if blank_since is None else blank_since
+                continue
+            if blank_since is not None:
+                return DatasetFormatError(where, blank_since, f"{len(layout.columns)} fields: "
+                                          f"{layout.description} (blank lines only at the end of the file)",
+                                          found=""), data_lines
+            data_lines += 1
             fields = line.split(layout.sep)
             if len(fields) != len(layout.columns):
                 return DatasetFormatError(where, number, f"{len(layout.columns)} fields: {layout.description}",
-                                          found=line[:120])
+                                          found=line[:120]), data_lines
             for field, name, kind in zip(fields, layout.columns, layout.kinds):
                 if not _valid(field, kind):
                     what = {"int": "a 64-bit integer", "float": "a number", "str": "a non-empty id"}[kind]
                     return DatasetFormatError(where, number, f"{what} for {name} in {layout.description}",
-                                              found=line[:120])
-    return None
+                                              found=line[:120]), data_lines
+    return None, data_lines
 
 
 def _valid(field: str, kind: str) -> bool:
@@ -219,18 +261,22 @@ def _valid(field: str, kind: str) -> bool:
 _STEAM_EXPECTED = "a Python-literal dict with string 'username', 'product_id' and 'date' ('YYYY-MM-DD')"
 
 
-def _read_steam(path: Path, member: str | None, where: str, progress: bool) -> Interactions:
+def _read_steam(path: Path, member: str | None, where: str, progress: str | None) -> Interactions:
     """Stream Kang & McAuley's ``steam_reviews.json.gz``: one Python-literal dict per line."""
     user_codes: dict[str, int] = {}
     item_codes: dict[str, int] = {}
     day_of: dict[str, int] = {}
     users, items, days = array("q"), array("q"), array("q")
-    with open_binary(path, member) as stream, \
-            tqdm(desc=f"parsing {Path(path).name}", unit=" reviews", unit_scale=True,
-                 disable=not progress) as bar:
+    with open_binary(path, member, progress) as stream:
         text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
-        number = 0
+        number, blank_since = 0, None  # blank lines are accepted at the end of the file only
         for number, line in enumerate(text, 1):
+            if not line.strip():
+                blank_since = number if blank_since is None else blank_since
+                continue
+            if blank_since is not None:
+                raise DatasetFormatError(where, blank_since, f"{_STEAM_EXPECTED} (blank lines only at the end "
+                                         f"of the file)", found="")
             try:
                 record = ast.literal_eval(line)
                 user, item, date = record["username"], record["product_id"], record["date"]
@@ -244,11 +290,9 @@ def _read_steam(path: Path, member: str | None, where: str, progress: bool) -> I
             users.append(user_codes.setdefault(user, len(user_codes)))
             items.append(item_codes.setdefault(item, len(item_codes)))
             days.append(day)
-            if number % 65536 == 0:
-                bar.update(65536)
-        bar.update(number % 65536)
-    if not number:
-        raise DatasetFormatError(where, None, f"lines of {_STEAM_EXPECTED}", found="an empty file")
+    if not users:
+        raise DatasetFormatError(where, None, f"lines of {_STEAM_EXPECTED}",
+                                 found="an empty file" if not number else "only blank lines")
     return Interactions(where, _sorted_codes(user_codes, users), _sorted_codes(item_codes, items),
                         np.frombuffer(days, dtype=np.int64).copy(), 1)
 

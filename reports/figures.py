@@ -19,12 +19,12 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+from matplotlib.ticker import LogFormatter, MaxNLocator  # noqa: E402
 
 from reports import names  # noqa: E402
 from reports.results import ResultSet, Row  # noqa: E402
 from reports.stats import summarize  # noqa: E402
-from reports.tables import RANKING, group  # noqa: E402
+from reports.tables import RANKING, group, smoke_label  # noqa: E402
 
 SENSITIVITY_METRICS = ("NDCG@10", "HR@10")  # paper Figs. 3-5
 QUALITY_METRIC = "NDCG@10"
@@ -92,6 +92,17 @@ def _legend_right(fig, handles, labels, title: str | None = None, where: str = "
     fig.legend(handles, labels, title=title, loc=f"outside right {where}", frameon=False)
 
 
+def _span(counts: set[int]) -> str:
+    """``3`` or ``2–3``: how many seeds the shown spreads are over."""
+    return str(min(counts)) if len(counts) == 1 else f"{min(counts)}–{max(counts)}"
+
+
+def _smoke_title(results: ResultSet, rows: list[Row]) -> str:
+    """A line for a figure's title when its results come (partly) from the smoke profile."""
+    suffix, _ = smoke_label(results, rows)
+    return f"\n{suffix.strip(' ()')}" if suffix else ""
+
+
 def _numeric(values) -> bool:
     return all(isinstance(v, (int, float)) for v in values)
 
@@ -113,6 +124,7 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                                  # wide enough for the title and the legend even with a single dataset
                                  figsize=(max(4.2 * len(datasets) + 2.0, 8.5), 3.2 * len(SENSITIVITY_METRICS)))
         categorical = not _numeric({r.sweep_value for r in found})
+        seeds = set()
         for col, dataset in enumerate(datasets):
             for row_index, metric in enumerate(SENSITIVITY_METRICS):
                 ax = axes[row_index, col]
@@ -126,10 +138,12 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                         continue
                     x = [str(v) if categorical else float(v) for v, _ in kept]
                     mean = np.array([s.mean for _, s in kept])
-                    std = np.array([s.std or 0.0 for _, s in kept])
                     colour, marker = style[model]
                     ax.plot(x, mean, marker=marker, color=colour, label=names.model_name(model))
-                    ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15, linewidth=0)
+                    if all(s.std is not None for _, s in kept):  # a band only where every point has a spread
+                        std = np.array([s.std for _, s in kept])
+                        ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15, linewidth=0)
+                        seeds |= {s.n for _, s in kept}
                 values = [] if categorical else sorted({float(r.sweep_value) for r in found})
                 if param in names.LOG_SWEEPS and values and values[0] > 0:  # sizes that double: log axis
                     ax.set_xscale("log", base=2)
@@ -143,10 +157,12 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                     ax.tick_params(axis="x", labelrotation=45 if len(values) > 6 else 0)
         handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
         _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
-        fig.suptitle(f"Sensitivity to {names.sweep_label(param)}, protocol {protocol}")
+        fig.suptitle(f"Sensitivity to {names.sweep_label(param)}, protocol {protocol}"
+                     f"{_smoke_title(results, found)}")
+        band = f"band: ± std over {_span(seeds)} seeds" if seeds else "one seed, no band"
         figures.append(_save(fig, folder, f"sensitivity_{_slug(param)}_{protocol}",
                              f"{', '.join(SENSITIVITY_METRICS)} against {names.sweep_label(param)} per dataset "
-                             f"(protocol {protocol}; band: ± std over seeds)."))
+                             f"(protocol {protocol}; {band})."))
     return Outcome(figures, [])
 
 
@@ -197,7 +213,8 @@ def curve_figures(results: ResultSet, folder: Path) -> Outcome:
         axes[1].set_title("against wall-clock time")
         handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
         _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
-        fig.suptitle(f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)")
+        fig.suptitle(f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)"
+                     f"{_smoke_title(results, list(chosen.values()))}")
         figures.append(_save(fig, folder, f"curves_{_slug(dataset)}",
                              f"Validation {' / '.join(metrics)} during training on "
                              f"{names.dataset_name(dataset)}, against epochs and seconds."))
@@ -206,43 +223,62 @@ def curve_figures(results: ResultSet, folder: Path) -> Outcome:
 
 # ------------------------------------------------------------------------------------ quality against time
 
+def _untrained(row: Row) -> bool:
+    """A model without a training loop (POP): it ran no epoch (older rows: it recorded no training time)."""
+    epochs = row.raw.get("epochs_run")
+    return epochs == 0 if epochs is not None else not row.get("train_seconds")
+
+
 def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY_METRIC) -> Outcome:
-    """One point per (model, dataset): test ``metric`` against training seconds (log axis), per protocol."""
+    """Test ``metric`` against training seconds (log axis), one point per trained (model, dataset), per
+    protocol. A model without training (POP) has no time to place it at: it is a horizontal reference line."""
     rows = [r for r in results.select(study="main", task=RANKING)
-            if metric in r.metrics and r.get("train_seconds") is not None]
-    if not rows:
-        return Outcome([], [f"Quality-against-time plots skipped: no main-grid row has {metric} and "
-                            f"train_seconds."])
+            if metric in r.metrics and (_untrained(r) or r.get("train_seconds") is not None)]
+    if not any(not _untrained(r) for r in rows):
+        return Outcome([], [f"Quality-against-time plots skipped: no main-grid row of a trained model has "
+                            f"{metric} and train_seconds."])
     style = model_style(list(results.values("model")))
     figures = []
     for protocol in names.order_protocols({r.protocol for r in rows}):
-        cells = group([r for r in rows if r.protocol == protocol], "model", "dataset")
+        found = [r for r in rows if r.protocol == protocol]
+        cells = group(found, "model", "dataset")
         datasets = names.order_datasets({d for _, d in cells})
         dataset_marker = {d: MARKERS[i % len(MARKERS)] for i, d in enumerate(datasets)}
-        seconds = {key: float(np.mean([r.get("train_seconds") for r in found])) for key, found in cells.items()}
-        # Untrained models (POP) take 0 s, which a log axis cannot show: they sit at a floor named in the label.
-        floor = min([s for s in seconds.values() if s > 0], default=1.0) / 10
+        untrained = {key for key, seeds in cells.items() if all(_untrained(r) for r in seeds)}
         fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
-        for (model, dataset), found in cells.items():
-            ax.scatter(max(seconds[(model, dataset)], floor), summarize(found, metric).mean, s=70,
-                       color=style[model][0], marker=dataset_marker[dataset], edgecolor="black", linewidth=0.5,
-                       alpha=0.85)  # points of two datasets may overlap
+        for (model, dataset), seeds in cells.items():
+            value = summarize(seeds, metric).mean
+            colour = style[model][0]
+            if (model, dataset) in untrained:
+                ax.axhline(value, color=colour, linestyle="--", linewidth=1.5, zorder=1)
+                # The dataset's marker at the line's left end says which dataset the line belongs to.
+                ax.plot([0.015], [value], transform=ax.get_yaxis_transform(), marker=dataset_marker[dataset],
+                        color=colour, markeredgecolor="black", markeredgewidth=0.5, markersize=8, clip_on=False)
+                continue
+            seconds = float(np.mean([r.get("train_seconds") for r in seeds]))
+            ax.scatter(seconds, value, s=70, color=colour, marker=dataset_marker[dataset], edgecolor="black",
+                       linewidth=0.5, alpha=0.85, zorder=2)  # points of two datasets may overlap
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 1, 10, 100 s, not 10^k
-        untrained = f"; 0 s shown at {floor:.3g} s" if any(s == 0 for s in seconds.values()) else ""
-        ax.set_xlabel(f"training time (s, log scale{untrained})")
+        # 1, 10, 100 s, not 10^k; over a narrow range matplotlib also labels some minor ticks: 20, 30 s, not 2×10^1
+        ax.xaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+        ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        ax.set_xlabel("training time (s, log scale)")
         ax.set_ylabel(f"test {metric} ({protocol})")
-        ax.set_title(f"Test {metric} against training time, protocol {protocol}")
+        ax.set_title(f"Test {metric} against training time, protocol {protocol}{_smoke_title(results, found)}")
         models = names.order_models({m for m, _ in cells})
-        model_handles = [Line2D([], [], color=style[m][0], marker="o", linestyle="") for m in models]
+        lines = {m for m, _ in untrained}
+        model_handles = [Line2D([], [], color=style[m][0], linestyle="--") if m in lines
+                         else Line2D([], [], color=style[m][0], marker="o", linestyle="") for m in models]
+        model_labels = [names.model_name(m) + (" (no training)" if m in lines else "") for m in models]
         data_handles = [Line2D([], [], color="grey", marker=dataset_marker[d], linestyle="") for d in datasets]
-        _legend_right(fig, model_handles, [names.model_name(m) for m in models], title="model (colour)",
-                      where="upper")
+        _legend_right(fig, model_handles, model_labels, title="model (colour)", where="upper")
         _legend_right(fig, data_handles, [names.dataset_name(d) for d in datasets], title="dataset (marker)",
                       where="lower")
+        reference = (f"; {', '.join(sorted(names.model_name(m) for m in lines))}, without training, as a dashed "
+                     f"line" if lines else "")
         figures.append(_save(fig, folder, f"quality_vs_time_{protocol}",
                              f"Test {metric} against training seconds, one point per model and dataset "
-                             f"(protocol {protocol}, mean over seeds)."))
+                             f"(protocol {protocol}, mean over seeds{reference})."))
     return Outcome(figures, [])
 
 
@@ -302,36 +338,42 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
                          f"with T = {len(items)}; skipped.")
             continue
         drawn.add((dataset, model))
+        smoke = _smoke_title(results, results.select(study="main", dataset=dataset, model=model, seed=seed))
         figures.append(_attention_figure(folder, dataset, model, seed, row, weights, items, layer,
-                                         n_items.get(dataset)))
+                                         n_items.get(dataset), smoke))
     if user is not None and not figures:
         notes.append(f"Attention heat maps skipped: no attention file holds user {user}.")
     return Outcome(figures, notes)
 
 
-def _position_ticks(length: int) -> list[int]:
-    """About ten tick positions at round steps (1, 2, 5, 10, 20, 25, 50, ...), always with the last position
-    (the [MASK] at inference); a round tick too close to the last one is dropped so labels never collide."""
+MASK_LABEL = "[MASK]"
+
+
+def _position_ticks(labels: list[str]) -> list[int]:
+    """Ticks at every k-th position (1-based: k, 2k, 3k, ...; k the smallest of 1, 2, 5, 10, 20, 25, 50, ...
+    that leaves at most ten) and at every [MASK]; a number closer than k/2 to a [MASK] is dropped so that the
+    labels never overlap."""
+    length = len(labels)
     step = next(s for s in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 10**9) if length / s <= 10)
-    ticks = [0] + list(range(step - 1, length - 1, step))  # positions 1, step, 2·step, ... (1-based labels)
-    if ticks and length - 1 - ticks[-1] < step / 2:
-        ticks.pop()
-    return sorted(set(ticks) | {length - 1})
+    masks = [i for i, text in enumerate(labels) if text == MASK_LABEL]
+    numbers = [i for i in range(step - 1, length, step)
+               if step == 1 or all(abs(i - m) >= step / 2 for m in masks)]
+    return sorted(set(numbers) | set(masks))
 
 
-def _attention_figure(folder, dataset, model, seed, user, weights, items, layer, n_items) -> Figure:
+def _attention_figure(folder, dataset, model, seed, user, weights, items, layer, n_items, smoke: str) -> Figure:
     layers, heads = weights.shape[:2]
     layer_index = layer % layers
     keep = np.flatnonzero(items != 0)  # padding positions carry no attention worth showing
     maps = weights[layer_index][:, keep][:, :, keep]
     # The mask token's id is the first one past the item ids.
-    labels = ["[MASK]" if n_items is not None and item > n_items else str(i + 1)
+    labels = [MASK_LABEL if n_items is not None and item > n_items else str(i + 1)
               for i, item in enumerate(items[keep])]
     columns = min(heads, 4)
     grid_rows = -(-heads // columns)
     fig, axes = plt.subplots(grid_rows, columns, squeeze=False, layout="constrained",
                              figsize=(3.6 * columns + 1.4, 3.6 * grid_rows + 0.6))
-    ticks = _position_ticks(len(keep))
+    ticks = _position_ticks(labels)
     image = None
     for head in range(grid_rows * columns):
         ax = axes[head // columns, head % columns]
@@ -342,7 +384,9 @@ def _attention_figure(folder, dataset, model, seed, user, weights, items, layer,
                           interpolation="nearest")
         ax.set_title(f"head {head + 1}")
         ax.grid(False)
-        ax.set_xticks(ticks, [labels[t] for t in ticks], rotation=90)
+        ax.set_xticks(ticks, [labels[t] for t in ticks])
+        for text in ax.get_xticklabels():  # numbers read across; the wide [MASK] label stands upright
+            text.set_rotation(90 if text.get_text() == MASK_LABEL else 0)
         ax.set_yticks(ticks, [labels[t] for t in ticks])
         # Labels only on the outer maps: every head shares the same positions.
         if head % columns == 0:
@@ -355,7 +399,7 @@ def _attention_figure(folder, dataset, model, seed, user, weights, items, layer,
             ax.tick_params(labelbottom=False)
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (probability)")
     fig.suptitle(f"{names.model_name(model)} attention, layer {layer_index + 1} of {layers}, "
-                 f"{names.dataset_name(dataset)}, user {user} (seed {seed})")
+                 f"{names.dataset_name(dataset)}, user {user} (seed {seed}){smoke}")
     return _save(fig, folder, f"attention_{_slug(dataset)}_{_slug(model)}",
                  f"Attention weights of each head of layer {layer_index + 1}/{layers} of "
                  f"{names.model_name(model)} for user {user} on {names.dataset_name(dataset)} "
@@ -379,21 +423,29 @@ def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outco
         fig, axes = plt.subplots(len(datasets), 1, squeeze=False, figsize=(11, 3.4 * len(datasets)),
                                  layout="constrained")
         width = 0.8 / len(models)
+        seeds = set()
         for ax, dataset in zip(axes[:, 0], datasets):
             metrics = names.order_metrics(m for r in rows if r.dataset == dataset for m in r.metrics)
             for i, model in enumerate(models):
                 stats = [summarize(cells.get((dataset, model), []), metric) for metric in metrics]
                 x = np.arange(len(metrics)) + (i - (len(models) - 1) / 2) * width
                 ax.bar(x, [s.mean if s else np.nan for s in stats], width,
-                       yerr=[(s.std or 0.0) if s else 0.0 for s in stats], capsize=2,
                        color=style[model][0], label=names.model_name(model))
+                # An error bar only where there is a spread to show: a std over two or more seeds.
+                spread = [(x[k], s) for k, s in enumerate(stats) if s is not None and s.std is not None]
+                if spread:
+                    ax.errorbar([p for p, _ in spread], [s.mean for _, s in spread],
+                                yerr=[s.std for _, s in spread], fmt="none", ecolor="black", capsize=2,
+                                linewidth=1)
+                    seeds |= {s.n for _, s in spread}
             ax.set_xticks(np.arange(len(metrics)), metrics)
             ax.set_ylabel(f"metric value ({protocol})")
             ax.set_title(names.dataset_name(dataset))
         axes[-1, 0].set_xlabel("metric (test split)")
         handles, labels = axes[0, 0].get_legend_handles_labels()
         _legend_right(fig, handles, labels, title="model", where="upper")
-        fig.suptitle(f"Table 2 as bars, protocol {protocol} (error bars: std over seeds)")
+        errors = f"error bars: std over {_span(seeds)} seeds" if seeds else "one seed, no error bars"
+        fig.suptitle(f"Table 2 as bars, protocol {protocol} ({errors}){_smoke_title(results, rows)}")
         figures.append(_save(fig, folder, f"bars_{protocol}",
-                             f"Table 2 ({protocol}) as grouped bars per dataset; error bars: std over seeds."))
+                             f"Table 2 ({protocol}) as grouped bars per dataset; {errors}."))
     return Outcome(figures, notes)

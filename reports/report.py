@@ -14,7 +14,7 @@ from pathlib import Path
 from reports import figures, names, tables
 from reports.published import PUBLISHED_PROTOCOL, load_published
 from reports.render import Table, latex_document, to_markdown, write_atomic, write_table
-from reports.results import ResultSet, load_results
+from reports.results import SMOKE_LABEL, ResultSet, load_results
 from reports.stats import PerUser
 
 MAX_LISTED_PROBLEMS = 10  # per-user problems listed in the report before "and N more"
@@ -31,8 +31,11 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
     comparison = tables.published_table(results, *load_published()) if PUBLISHED_PROTOCOL in protocols else None
     built.append(comparison)
     if comparison is None:
+        smoke = any(results.is_smoke(r) for r in results.select(task=tables.RANKING, protocol=PUBLISHED_PROTOCOL))
         notes.append(f"Comparison with the published values skipped: no {PUBLISHED_PROTOCOL} result (the "
-                     f"paper's protocol) of a model and dataset the paper reports.")
+                     f"paper's protocol) of a model and dataset the paper reports"
+                     + (", other than smoke-profile results, which are never compared with the paper's."
+                        if smoke else "."))
     cloze = [tables.cloze_table(results, p) for p in protocols]
     ablation = [tables.ablation_table(results, p) for p in protocols]
     relevance_protocols = sorted(results.values("protocol", results.select(task="relevance")))
@@ -74,6 +77,8 @@ def _provenance(results: ResultSet) -> list[str]:
                      f"shown. It differs from the earlier in: {'; '.join(change.differences)}.")
     for reason, count in sorted(results.ignored.items()):
         lines.append(f"- Ignored {count} row(s) with {reason} (not a study or task this report knows).")
+    profiles = Counter(results.profile(r) or "not recorded" for r in rows)
+    lines.append("- Profiles: " + ", ".join(f"{p} ({n} rows)" for p, n in sorted(profiles.items())) + ".")
     studies = Counter(r.study for r in rows)
     lines.append("- Studies: " + ", ".join(f"{s} ({n} rows)" for s, n in sorted(studies.items())) + ".")
     protocols = names.order_protocols(results.values("protocol"))
@@ -112,6 +117,18 @@ def _provenance(results: ResultSet) -> list[str]:
     return lines
 
 
+def _smoke_banner(results: ResultSet) -> list[str]:
+    """A warning under the title when any result comes from the smoke profile (nothing otherwise)."""
+    smoke = sum(results.is_smoke(r) for r in results.rows)
+    if not smoke:
+        return []
+    which = "All" if smoke == len(results.rows) else f"{smoke} of {len(results.rows)}"
+    return [f"> **{SMOKE_LABEL[0].upper()}{SMOKE_LABEL[1:]}.** {which} results come from `--profile smoke`: "
+            f"short training with settings chosen for speed, to check that everything runs. Their tables are "
+            f"labelled, give no Improv. column and are not compared with the paper's numbers. Run "
+            f"`--profile paper` for numbers to report.", ""]
+
+
 def generate_report(results_dir: Path, protocols: list[str] | None = None, user: int | None = None,
                     alpha: float = 0.01) -> Path:
     """Write ``tables/``, ``figures/`` and ``report.md`` into ``results_dir``; return the path of report.md.
@@ -142,7 +159,8 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
     drawn = [f for outcome in outcomes for f in outcome.figures]
     notes += [note for outcome in outcomes for note in outcome.notes]
 
-    lines = [f"# Results report: {results_dir.name}", "", "## How these results were produced", "",
+    lines = [f"# Results report: {results_dir.name}", "", *_smoke_banner(results),
+             "## How these results were produced", "",
              *_provenance(results), "", "## Tables", "",
              "Each table as Markdown (below and in `tables/`) and LaTeX (booktabs); `tables/all_tables.tex` "
              "compiles them all.", ""]

@@ -17,6 +17,8 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 STUDIES = ("main", "ablation", "sensitivity", "cloze")
 TASKS = ("next-item", "relevance")
+SMOKE = "smoke"  # the profile whose results only check an installation
+SMOKE_LABEL = "smoke profile: installation check, not the paper's settings"
 # Keys without which a row cannot be placed in any table; every other key is optional here.
 REQUIRED = {"schema": int, "study": str, "dataset": str, "model": str, "task": str, "protocol": str,
             "seed": int, "metrics": dict}
@@ -80,6 +82,14 @@ class ResultSet:
 
     def values(self, name: str, rows: list[Row] | None = None) -> set:
         return {getattr(row, name) for row in (self.rows if rows is None else rows)}
+
+    def profile(self, row: Row) -> str | None:
+        """The training profile of ``row``: its own ``profile`` key, else ``config.json``'s, else None."""
+        return row.get("profile") or (self.config or {}).get("profile")
+
+    def is_smoke(self, row: Row) -> bool:
+        """Whether ``row`` was trained with the smoke profile (a row of unknown profile is not)."""
+        return self.profile(row) == SMOKE
 
 
 @dataclass(frozen=True)

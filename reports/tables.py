@@ -16,7 +16,7 @@ from collections import defaultdict
 from reports import names
 from reports.published import PUBLISHED_PROTOCOL, Published
 from reports.render import GAP, Cell, Table, fmt
-from reports.results import ResultSet, Row
+from reports.results import SMOKE_LABEL, ResultSet, Row
 from reports.stats import PerUser, Summary, summarize
 
 RANKING = "next-item"
@@ -66,6 +66,22 @@ def _seed_notes(summaries: list[Summary]) -> list[str]:
         return []
     span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     return [f"Mean ± sample standard deviation (ddof=1) over {span} seeds; a value without ± is a single seed."]
+
+
+def smoke_label(results: ResultSet, rows: list[Row]) -> tuple[str, list[str]]:
+    """A title suffix and a note that label the smoke-profile results among ``rows`` (nothing when none is)."""
+    smoke = [r for r in rows if results.is_smoke(r)]
+    if not smoke:
+        return "", []
+    label = f"{SMOKE_LABEL[0].upper()}{SMOKE_LABEL[1:]}."
+    advice = "short training with settings chosen for speed; the paper profile gives numbers to report."
+    if len(smoke) == len(rows):
+        return f" ({SMOKE_LABEL})", [f"{label} Every result here comes from the smoke profile: {advice}"]
+    pairs = {(r.dataset, r.model) for r in smoke}
+    runs = ", ".join(f"{names.model_name(m)} on {names.dataset_name(d)}"
+                     for d in names.order_datasets({d for d, _ in pairs})
+                     for m in names.order_models({m for _, m in pairs}) if (d, m) in pairs)
+    return f" (partly {SMOKE_LABEL})", [f"{label} From the smoke profile: {runs}; {advice}"]
 
 
 def _protocol_note(protocol: str, rows: list[Row]) -> str:
@@ -144,12 +160,17 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
         return None
     models = names.order_models(results.values("model", rows))
     cells_by_key = group(rows, "dataset", "model")
+    datasets = names.order_datasets(results.values("dataset", rows))
+    # An improvement measured after smoke training says nothing about the models: none is given for a dataset
+    # with any smoke-profile result, and the column is left out when no dataset has a result to give.
+    smoke_datasets = {r.dataset for r in rows if results.is_smoke(r)}
     # The Improv. column needs BERT4Rec and at least one baseline to compare it with.
-    with_improvement = names.BERT4REC in models and any(m not in names.BERT4REC_FAMILY for m in models)
+    against_baseline = names.BERT4REC in models and any(m not in names.BERT4REC_FAMILY for m in models)
+    with_improvement = against_baseline and any(d not in smoke_datasets for d in datasets)
     header = ["Dataset", "Metric", *map(names.model_name, models)] + (["Improv."] if with_improvement else [])
     table_rows, breaks, summaries = [], set(), []
     untested = set()
-    for dataset in names.order_datasets(results.values("dataset", rows)):
+    for dataset in datasets:
         dataset_rows = [r for r in rows if r.dataset == dataset]
         metrics = names.order_metrics(m for r in dataset_rows for m in r.metrics)
         breaks.add(len(table_rows))
@@ -163,39 +184,43 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
                 untested.add(names.dataset_name(dataset))
             line = [label(names.dataset_name(dataset)), label(metric), *(cells[m] for m in models)]
             if with_improvement:
-                line.append(improvement(cells))
+                line.append(Cell() if dataset in smoke_datasets else improvement(cells))
             table_rows.append(line)
-    notes = [_protocol_note(protocol, rows),
+    smoke_title, smoke_notes = smoke_label(results, rows)
+    notes = [*smoke_notes, _protocol_note(protocol, rows),
              "Bold: best; underlined: second best (per row, across models)."]
     notes += _seed_notes(summaries)
     if with_improvement:
         notes.append("Improv.: relative improvement of BERT4Rec over the best baseline "
-                     "(BERT4Rec variants are not baselines).")
-    pair = ("BERT4Rec and the best baseline" if with_improvement
-            else "the best model and the runner-up")
+                     "(BERT4Rec variants are not baselines)"
+                     + ("; not given for smoke-profile results." if smoke_datasets else "."))
+    pair = "BERT4Rec and the best baseline" if against_baseline else "the best model and the runner-up"
     notes.append(f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users, "
                  f"p < {alpha:g}) between {pair}, marked on the better of the two. With several seeds each "
                  f"user's values are averaged over seeds before pairing.")
     if untested:
         notes.append(f"Not tested (per-user files missing): {', '.join(sorted(untested))}.")
-    return Table(f"table2_{protocol}", f"Performance of all models, protocol {protocol}",
+    return Table(f"table2_{protocol}", f"Performance of all models, protocol {protocol}{smoke_title}",
                  header, table_rows, notes=notes, breaks=breaks, paper="Table 2")
 
 
 # ------------------------------------------------------------------------------------- published comparison
 
 def _published_rows(results: ResultSet, entry: Published) -> list[Row]:
+    """Our rows that correspond to a published value; smoke-profile rows never do (not the paper's settings)."""
     common = dict(task=RANKING, protocol=PUBLISHED_PROTOCOL, dataset=entry.dataset, model=entry.model)
     if entry.variant is None:
-        return results.select(study="main", **common)
-    wanted = names.canonical_variant(entry.variant)
-    return [r for r in results.select(study="ablation", **common)
-            if r.variant is not None and names.canonical_variant(r.variant) == wanted]
+        found = results.select(study="main", **common)
+    else:
+        wanted = names.canonical_variant(entry.variant)
+        found = [r for r in results.select(study="ablation", **common)
+                 if r.variant is not None and names.canonical_variant(r.variant) == wanted]
+    return [r for r in found if not results.is_smoke(r)]
 
 
 def published_table(results: ResultSet, published: list[Published], source: str) -> Table | None:
     """Our pop100 values beside the paper's, with absolute and relative differences; None when no result of
-    ours matches a published value."""
+    ours (smoke-profile results left out) matches a published value."""
     datasets = names.order_datasets(e.dataset for e in published)
     models = names.order_models(e.model for e in published)
     variants = names.order_variants(e.variant or "" for e in published)
@@ -251,10 +276,12 @@ def cloze_table(results: ResultSet, protocol: str) -> Table | None:
     for index in range(len(columns)):
         mark_best([grid[model][index] for model in models])
     used = [r for rows in chosen.values() for r in rows]
-    notes = [_protocol_note(protocol, used), "Bold: best; underlined: second best (per column).",
+    smoke_title, smoke_notes = smoke_label(results, used)
+    notes = [*smoke_notes, _protocol_note(protocol, used), "Bold: best; underlined: second best (per column).",
              "Rows of the Cloze study where present, else the main grid's rows of the same model."]
     notes += _seed_notes([s for summaries in found.values() for s in summaries if s is not None])
-    return Table(f"table3_cloze_{protocol}", f"Cloze objective and bidirectionality, protocol {protocol}",
+    return Table(f"table3_cloze_{protocol}",
+                 f"Cloze objective and bidirectionality, protocol {protocol}{smoke_title}",
                  ["Model", *(f"{names.dataset_name(d)} {m}" for d, m in columns)],
                  [[label(names.model_name(model)), *grid[model]] for model in models], notes=notes, paper="Table 3")
 
@@ -274,13 +301,14 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     def variant_rows(column: tuple, variant: str) -> list[Row]:
         return [r for r in by_column[column] if names.canonical_variant(r.variant) == variant]
 
-    defaults, fallback = {}, []
+    defaults, fallback, used = {}, [], list(rows)
     for column in columns:
         default = variant_rows(column, "default")
         if not default:  # the main grid trains the same default configuration
             default = results.select(study="main", task=RANKING, protocol=protocol,
                                      model=column[0], dataset=column[1])
             fallback += [column] if default else []
+            used += default
         defaults[column] = summarize(default, metric)
     variants = names.order_variants(["default", *(r.variant for r in rows)])
     table_rows, summaries = [], []
@@ -300,13 +328,14 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     header = ["Architecture", *(f"{names.model_name(m)} {names.dataset_name(d)}" if several
                                 else names.dataset_name(d) for m, d in columns)]
     model_text = names.model_name(models[0]) if not several else "each model"
-    notes = [_protocol_note(protocol, rows),
+    smoke_title, smoke_notes = smoke_label(results, used)
+    notes = [*smoke_notes, _protocol_note(protocol, rows),
              f"{metric} of {model_text}; ↓: a drop of more than {ABLATION_DROP:.0%} against the default."]
     if fallback:
         notes.append("Default taken from the main grid for: "
                      + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")
     notes += _seed_notes(summaries)
-    return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}",
+    return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}{smoke_title}",
                  header, table_rows, notes=notes, paper="Table 5")
 
 
@@ -332,9 +361,11 @@ def relevance_table(results: ResultSet, protocol: str) -> Table | None:
         for m in models:
             summaries += [s for s in found[m] if s]
             table_rows.append([label(names.dataset_name(dataset)), label(names.model_name(m)), *cells[m]])
-    notes = [f"Relevance prediction (protocol {protocol}): one positive and one sampled negative candidate per "
+    smoke_title, smoke_notes = smoke_label(results, rows)
+    notes = [*smoke_notes,
+             f"Relevance prediction (protocol {protocol}): one positive and one sampled negative candidate per "
              f"user; accuracy at threshold 0.5.",
              "Bold: best; underlined: second best per dataset (log-loss: lower is better)."]
     notes += _seed_notes(summaries)
-    return Table(f"relevance_{protocol}", f"Relevance prediction, protocol {protocol}",
+    return Table(f"relevance_{protocol}", f"Relevance prediction, protocol {protocol}{smoke_title}",
                  ["Dataset", "Model", *map(names.metric_name, metrics)], table_rows, notes=notes, breaks=breaks)

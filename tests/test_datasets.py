@@ -277,6 +277,38 @@ def test_bad_lines_are_reported_with_file_and_line(tmp_path, fmt, name, text, li
     assert isinstance(info.value, ValueError) and info.value.line == line
 
 
+STEAM_LINE = "{u'username': u'a', u'product_id': u'1', u'date': u'2017-12-17'}\n"
+
+
+@pytest.mark.parametrize("fmt, name, text", [
+    ("user-item", "beauty.txt", "1 1\n1 2\n2 3\n"),
+    ("ml-dat", "ratings.dat", "1::2::5::978300760\r\n1::3::4::978300761\r\n"),
+    ("udata", "u.data", "196\t242\t3\t881250949\n186\t302\t3\t891717742\n"),
+    ("ml-csv", "ratings.csv", "userId,movieId,rating,timestamp\n1,2,3.5,1112486027\n1,29,3.5,1112484676\n"),
+    ("amazon-csv", "ratings_Beauty.csv", "A39HTATAQ9V7YF,0205616461,5.0,1369699200\nB,0558925278,4.0,1355443200\n"),
+    ("steam-json", "steam_reviews.json", STEAM_LINE + STEAM_LINE.replace("u'a'", "u'b'")),
+])
+@pytest.mark.parametrize("ending", ["\n", "\n\n\n", "\r\n", "  \n\t\n"])
+def test_blank_lines_at_the_end_of_a_file_are_accepted(tmp_path, fmt, name, text, ending):
+    clean = read_interactions(write(tmp_path / name, text), fmt)
+    padded = read_interactions(write(tmp_path / f"padded-{name}", text + ending), fmt)
+    for column in ("user", "item", "time"):
+        assert np.array_equal(getattr(padded, column), getattr(clean, column)), column
+    assert padded.first_line == clean.first_line
+
+
+@pytest.mark.parametrize("fmt, text", [("user-item", "1 1\n\n1 2\n"), ("steam-json", STEAM_LINE + "\n" + STEAM_LINE)])
+def test_a_blank_line_between_data_lines_is_still_an_error(tmp_path, fmt, text):
+    with pytest.raises(DatasetFormatError, match=r"data: line 2: expected .*blank lines only at the end"):
+        read_interactions(write(tmp_path / "data", text), fmt)
+
+
+@pytest.mark.parametrize("fmt", ["user-item", "steam-json"])
+def test_a_file_of_blank_lines_has_no_data(tmp_path, fmt):
+    with pytest.raises(DatasetFormatError, match="only blank lines"):
+        read_interactions(write(tmp_path / "data", "\n\n"), fmt)
+
+
 @pytest.mark.parametrize("fmt", ["user-item", "ml-csv", "steam-json"])
 def test_empty_file(tmp_path, fmt):
     with pytest.raises(DatasetFormatError, match=r"empty\.txt: expected .*found 'an empty file'"):

@@ -22,6 +22,7 @@ from reports.published import load_published
 from reports.render import latex_escape
 from reports.results import ResultsError, load_results
 from reports.stats import PerUser
+from reports.tables import main_table
 from tests.fixtures.reports_fixture import (build_fixture, counts_for, ranking_row, relevance_row,
                                             write_attention, write_results)
 
@@ -387,3 +388,163 @@ def test_latex_tables_compile(fixture_report, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:]
     assert (tables / "all_tables.pdf").stat().st_size > 0
+
+
+# ------------------------------------------------------------------------------------------ smoke profile
+
+def smoke_rows(folder: Path, profile_of: dict | None = None) -> list[dict]:
+    """POP, SASRec and BERT4Rec on ML-1m and Beauty (pop100); ``profile_of[dataset]`` becomes the rows'
+    own ``profile`` key where given."""
+    rows = [ranking_row(folder, dataset, model, 0) for dataset in ("ml-1m", "beauty")
+            for model in ("pop", "sasrec", "bert4rec")]
+    for row in rows:
+        if (profile_of or {}).get(row["dataset"]):
+            row["profile"] = profile_of[row["dataset"]]
+    return rows
+
+
+def test_smoke_results_are_labelled_and_get_no_improvement(tmp_path):
+    generate_report(write_results(tmp_path, smoke_rows(tmp_path), config={"profile": "smoke"}))
+    header, _ = table2_cells(tmp_path)
+    assert "Improv." not in header
+    markdown = (tmp_path / "tables" / "table2_pop100.md").read_text()
+    assert markdown.startswith("**Table 2: Performance of all models, protocol pop100 (smoke profile: "
+                               "installation check, not the paper's settings)**")
+    assert "Every result here comes from the smoke profile" in markdown and "Improv." not in markdown
+    latex = (tmp_path / "tables" / "table2_pop100.tex").read_text()
+    assert r"\caption{Performance of all models, protocol pop100 (smoke profile: installation check, not the " \
+           r"paper's settings)" in latex
+    report = (tmp_path / "report.md").read_text()
+    assert report.split("\n")[2].startswith("> **Smoke profile: installation check, not the paper's settings.** "
+                                            "All results come from `--profile smoke`")
+    assert "- Profiles: smoke (6 rows)." in report
+    # Smoke numbers are never set beside the paper's, though ML-1m and Beauty are the paper's datasets.
+    assert not (tmp_path / "tables" / "published_comparison.md").exists()
+    assert "other than smoke-profile results" in report
+
+
+def test_the_rows_own_profile_comes_before_the_runs(tmp_path):
+    """A row's ``profile`` wins over config.json's; a row with neither is not smoke."""
+    rows = smoke_rows(tmp_path, {"ml-1m": "paper", "beauty": "paper"})
+    generate_report(write_results(tmp_path, rows, config={"profile": "smoke"}))
+    header, _ = table2_cells(tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert header[-1] == "Improv." and "Smoke profile" not in report and "- Profiles: paper (6 rows)." in report
+
+    def header_of(folder: Path) -> list[str]:
+        results = load_results(folder)
+        return main_table(results, "pop100", PerUser(folder)).header
+
+    unknown = tmp_path / "unknown"
+    assert header_of(write_results(unknown, smoke_rows(unknown)))[-1] == "Improv."  # no profile anywhere
+    own = tmp_path / "own"
+    rows = smoke_rows(own, {"ml-1m": "smoke", "beauty": "smoke"})
+    assert "Improv." not in header_of(write_results(own, rows, config={"profile": "paper"}))
+
+
+def test_a_mix_of_profiles_labels_the_smoke_results_and_keeps_improvement_for_the_rest(tmp_path):
+    rows = smoke_rows(tmp_path, {"ml-1m": "smoke", "beauty": "paper"})
+    generate_report(write_results(tmp_path, rows))
+    header, cells = table2_cells(tmp_path)
+    assert header[-1] == "Improv."
+    assert all(row["Improv."] == "–" for (dataset, _), row in cells.items() if dataset == "ML-1m")
+    assert all(row["Improv."].endswith("%") for (dataset, _), row in cells.items() if dataset == "Beauty")
+    markdown = (tmp_path / "tables" / "table2_pop100.md").read_text()
+    assert "(partly smoke profile: installation check, not the paper's settings)" in markdown
+    assert "From the smoke profile: POP on ML-1m, SASRec on ML-1m, BERT4Rec on ML-1m;" in markdown
+    assert "not given for smoke-profile results" in markdown
+    assert "> **Smoke profile: installation check, not the paper's settings.** 3 of 6 results" in \
+        (tmp_path / "report.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The matplotlib figures the builders save, by file stem, kept open for inspection."""
+    from reports import figures
+
+    kept = {}
+
+    def keep(fig, folder, name, caption):
+        kept[name] = fig
+        return figures.Figure(name, caption, ())
+
+    monkeypatch.setattr(figures, "_save", keep)
+    yield kept
+    plt = figures.plt
+    for fig in kept.values():
+        plt.close(fig)
+
+
+def test_error_bars_and_bands_only_with_two_or_more_seeds(tmp_path, drawn):
+    from matplotlib.collections import PolyCollection
+    from matplotlib.container import ErrorbarContainer
+
+    from reports import figures
+
+    def sweep(folder, seeds):
+        return [ranking_row(folder, "ml-1m", "sasrec", seed, study="sensitivity", variant=f"hidden={h}",
+                            sweep={"param": "hidden", "value": h}, with_per_user=False)
+                for h in (16, 32) for seed in seeds]
+
+    for seeds, with_spread in (((0,), False), ((0, 1), True)):
+        folder = tmp_path / f"seeds{len(seeds)}"
+        rows = [ranking_row(folder, "ml-1m", m, s, with_per_user=False) for m in ("pop", "sasrec") for s in seeds]
+        results = load_results(write_results(folder, rows + sweep(folder, seeds)))
+        bars = figures.bar_figures(results, folder, ["pop100"]).figures[0]
+        axes = drawn["bars_pop100"].axes[0]
+        assert any(isinstance(c, ErrorbarContainer) for c in axes.containers) == with_spread
+        assert ("error bars: std over 2 seeds" in bars.caption) == with_spread
+        assert ("one seed, no error bars" in bars.caption) != with_spread
+        sensitivity = figures.sensitivity_figures(results, folder).figures[0]
+        bands = [c for ax in drawn["sensitivity_hidden_pop100"].axes for c in ax.collections
+                 if isinstance(c, PolyCollection)]
+        assert bool(bands) == with_spread and ("± std over 2 seeds" in sensitivity.caption) == with_spread
+
+
+def test_a_model_without_training_is_a_reference_line_not_a_point(tmp_path, drawn):
+    from reports import figures
+
+    rows = [ranking_row(tmp_path, "ml-1m", m, 0, with_per_user=False) for m in ("pop", "sasrec", "bert4rec")]
+    rows[0]["train_seconds"] = 0.0001  # POP's fit takes a blink, but it trains nothing (epochs_run 0)
+    results = load_results(write_results(tmp_path, rows))
+    outcome = figures.quality_time_figures(results, tmp_path)
+    ax = drawn["quality_vs_time_pop100"].axes[0]
+    points = np.concatenate([c.get_offsets() for c in ax.collections])
+    trained = {r["model"]: r for r in rows[1:]}
+    assert sorted(points[:, 0]) == sorted(r["train_seconds"] for r in trained.values())  # no POP point
+    pop = rows[0]["metrics"]["NDCG@10"]
+    assert any(np.allclose(line.get_ydata(), pop) and tuple(line.get_xdata()) == (0, 1) for line in ax.lines)
+    assert ax.get_xlim()[0] > 0.001  # no axis stretched down to a made-up time
+    assert "POP, without training, as a dashed line" in outcome.figures[0].caption
+
+
+def test_attention_ticks_are_every_kth_position_and_the_mask():
+    from reports.figures import MASK_LABEL, _position_ticks
+
+    def shown(length):
+        labels = [str(i + 1) for i in range(length - 1)] + [MASK_LABEL]
+        return [labels[t] for t in _position_ticks(labels)]
+
+    assert shown(9) == ["1", "2", "3", "4", "5", "6", "7", "8", MASK_LABEL]
+    assert shown(13) == ["2", "4", "6", "8", "10", "12", MASK_LABEL]
+    assert shown(51) == ["10", "20", "30", "40", MASK_LABEL]  # 50 is too close to the [MASK] at 51
+    assert shown(200) == [str(p) for p in range(20, 200, 20)] + [MASK_LABEL]
+    # A [MASK] inside the sequence (a Cloze training view) is labelled too.
+    labels = [str(i + 1) for i in range(30)]
+    labels[14] = MASK_LABEL
+    assert [labels[t] for t in _position_ticks(labels)] == ["5", "10", MASK_LABEL, "20", "25", "30"]
+
+
+def test_the_attention_figure_shows_those_ticks(tmp_path, drawn):
+    from reports import figures
+
+    write_results(tmp_path, [ranking_row(tmp_path, "ml-1m", "bert4rec", 0, with_per_user=False)])
+    write_attention(tmp_path, length=40, padding=5)  # 34 items and the [MASK]
+    figures.attention_figures(load_results(tmp_path), tmp_path)
+    ax = drawn["attention_ml-1m_bert4rec"].axes[0]
+    expected_labels = ["5", "10", "15", "20", "25", "30", "[MASK]"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == expected_labels
+    assert [t.get_text() for t in ax.get_yticklabels()] == expected_labels
+    assert [t.get_rotation() for t in ax.get_xticklabels()] == [0] * 6 + [90]

@@ -1,0 +1,54 @@
+"""Progress output of the steps that can take a while: reading and preparing a dataset, generating synthetic
+data, sampling negatives. Each shows a bar only once it has run for a few seconds (the delay is set to 0
+here) and nothing at all with ``progress=False``."""
+import numpy as np
+import pytest
+
+import benchmarks.negatives
+import datasets.readers
+import datasets.synthetic
+from benchmarks.negatives import load_or_sample
+from datasets import generate, load_dataset, read_interactions
+
+
+@pytest.fixture
+def no_delay(monkeypatch):
+    for module in (benchmarks.negatives, datasets.readers, datasets.synthetic):
+        monkeypatch.setattr(module, "PROGRESS_DELAY_S", 0.0)
+
+
+def test_negative_sampling_shows_users_done(no_delay, capsys):
+    data = generate(300, 200, 12.0, seed=0, name="toy")
+    first = load_or_sample(data, "test", "pop100", 0, None)
+    assert "toy: sampling pop100 test negatives" in capsys.readouterr().err
+    again = load_or_sample(data, "test", "pop100", 0, None, progress=False)
+    assert capsys.readouterr().err == ""
+    assert np.array_equal(first, again)  # the bar changes nothing drawn
+
+
+def test_reading_a_file_shows_bytes_read(no_delay, capsys, tmp_path):
+    path = tmp_path / "ratings.dat"
+    path.write_text("".join(f"{u}::{i}::5::97830076{i}\n" for u in range(1, 4) for i in range(1, 8)))
+    assert len(read_interactions(path, "ml-dat", progress=True)) == 21
+    assert "reading ratings.dat" in capsys.readouterr().err
+    assert len(read_interactions(path, "ml-dat", progress=False)) == 21
+    assert capsys.readouterr().err == ""
+
+
+def test_preparing_a_dataset_says_what_it_does(capsys, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "beauty.txt").write_text("".join(f"{u} {i}\n" for u in range(1, 4) for i in range(1, 7)))
+    load_dataset("beauty", tmp_path / "data", tmp_path / "cache", download=False)
+    err = capsys.readouterr().err
+    assert "beauty: preparing from" in err and "18 interactions read" in err and "beauty: prepared in" in err
+    load_dataset("beauty", tmp_path / "data", tmp_path / "cache", download=False)  # from the cache: quiet
+    assert capsys.readouterr().err == ""
+    load_dataset("beauty", tmp_path / "data", tmp_path / "other-cache", download=False, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_generating_synthetic_data_shows_users_done(no_delay, capsys):
+    data = generate(500, 100, 10.0, seed=3, name="toy", progress=True)
+    assert "generating toy" in capsys.readouterr().err
+    assert generate(500, 100, 10.0, seed=3, name="toy").content_sha256() == data.content_sha256()
+    assert capsys.readouterr().err == ""
