@@ -35,6 +35,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dask-scheduler", default=None, metavar="ADDRESS",
                         help="send the jobs to a running Dask cluster, e.g. tcp://10.0.0.5:8786 "
                              "(pip install -e \".[distributed]\")")
+    parser.add_argument("--compile", action="store_true",
+                        help="run each model's training step through torch.compile (mostly worth it on a GPU; the "
+                             "same as --set compile=true, and not part of a job's key)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished job's selected weights under weights/ (else only its results)")
     parser.add_argument("--dry-run", action="store_true",
@@ -48,8 +51,13 @@ def run_grid(args: argparse.Namespace, jobs: list, *, protocols, profile: str, o
              table: Callable[[list[dict]], str], preloaded: dict | None = None) -> int:
     """Run ``jobs`` with the options of :func:`add_run_options`, then write ``table.md`` (``table(rows)``
     gives it) and the report; returns the exit code."""
+    import dataclasses
+
     from benchmarks.runner import GridError, GridInterrupted, plan_grid, run_jobs
     from benchmarks.store import ResultStore
+
+    if args.compile:
+        jobs = [dataclasses.replace(job, overrides=(*job.overrides, "compile=true")) for job in jobs]
 
     options = dict(protocols=protocols, profile=profile, data_dir=args.data_dir, cache_dir=args.cache_dir,
                    progress=not args.quiet, preloaded=preloaded)

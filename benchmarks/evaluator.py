@@ -262,7 +262,7 @@ class Evaluator:
         batch_size = self.batch_size or chunk_users(model.device, n_columns, model.history_length)
         greater = np.zeros(len(rows), dtype=np.int64)
         ties = np.zeros(len(rows), dtype=np.int64)
-        bar = tqdm(total=len(rows), desc=f"{model_name} {split} {protocol}", unit="user", leave=False,
+        bar = tqdm(total=len(rows), desc=f"{model_name} {split} {protocol}", unit="user", leave=False, delay=2,
                    dynamic_ncols=True, disable=not (self.progress if progress is None else progress))
         with evaluation_mode(model), bar:
             for start, chunk, users_t, histories in history_batches(model, view, rows, batch_size):

@@ -257,7 +257,7 @@ def _train_and_test(payload: JobPayload, data: SequenceData, device: torch.devic
     settings = dataclasses.replace(planned.config.train, seed=job.seed, checkpoint=str(checkpoint),
                                    progress=payload.progress)
     split = LeaveOneOutSplit(data)
-    evaluator = Evaluator(split, seed=job.seed, cache_dir=Path(payload.negatives_dir))
+    evaluator = Evaluator(split, seed=job.seed, cache_dir=Path(payload.negatives_dir), progress=payload.progress)
     pairs = RelevanceEvaluator(split, seed=job.seed, cache_dir=Path(payload.negatives_dir))
     memory = PeakMemory(device)
     memory.reset()
