@@ -298,7 +298,7 @@ def _train_and_test(payload: JobPayload, data: SequenceData, device: torch.devic
             "metrics": metrics, "users_evaluated": users_evaluated,
             "per_user_file": per_user, "epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
             "best_valid": fit["best_valid"], "valid_metric": selection if fit.get("settings") else None,
-            "resumed_from_epoch": fit.get("resumed_from_epoch"),
+            "stopped_by": fit.get("stopped_by"), "resumed_from_epoch": fit.get("resumed_from_epoch"),
             "curve": fit["curve"], "train_seconds": fit["train_seconds"], "eval_seconds": eval_seconds,
             "peak_memory_mb": memory.peak_mb(), "device": describe_device(device), "versions": versions,
             "commit": payload.commit, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra,
