@@ -53,7 +53,8 @@ ORDER_BLOCK = 256
 
 def chunk_users(device: torch.device, n_columns: int, history_length: int) -> int:
     """How many users one ``score`` call gets: as many as fit the memory budget (CPU: ``CPU_CHUNK_BYTES``;
-    CUDA: ``CUDA_FREE_SHARE`` of the free device memory), at least one. A user costs its ``n_columns`` float32
+    CUDA: ``CUDA_FREE_SHARE`` of the free device memory), at least one, a multiple of ``ORDER_BLOCK`` when
+    more than one block fits. A user costs its ``n_columns`` float32
     scores with two bytes of comparison masks each, and the model's activations for ``history_length``
     positions (see ``ACTIVATION_FLOATS_PER_POSITION_PAIR``)."""
     if device.type == "cuda":
@@ -65,7 +66,10 @@ def chunk_users(device: torch.device, n_columns: int, history_length: int) -> in
         budget = CPU_CHUNK_BYTES
     T = max(history_length, 1)
     per_user = 6 * n_columns + 4 * (ACTIVATION_FLOATS_PER_POSITION_PAIR * T * T + ACTIVATION_FLOATS_PER_POSITION * T)
-    return max(1, int(budget // per_user))
+    users = max(1, int(budget // per_user))
+    # Whole blocks of the sampled protocols' candidate order, each drawn once; on the CPU this also keeps Beauty's
+    # and Steam's chunks as they were (a network's scores can change in the last bit with its batch's width).
+    return users - users % ORDER_BLOCK if users >= ORDER_BLOCK else users
 
 
 def compare_rows(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:

@@ -120,7 +120,7 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
         "hyperparameters": dataclasses.asdict(config.model), "batch_size": settings.batch_size,
         "timed_sequences": rows, "train_seconds": round(seconds, 2),
         "train_sequences_per_s": round(rows / seconds, 1), "train_cpu_seconds": round(cpu, 2),
-        "train_steps_per_s": round(math.ceil(rows / settings.batch_size) / seconds, 2),
+        "train_steps_per_s": float(f"{math.ceil(rows / settings.batch_size) / seconds:.3g}"),
         "epoch_seconds": round(all_users / (rows / seconds), 1),  # one pass over every user's sequence
         "epoch_rows": round(all_rows * scale), "epoch_rows_seconds": round(all_rows * scale / (rows / seconds), 1),
         "full_eval_seconds_all_users": round(evaluation * scale, 2), "users": all_users, "items": data.n_items,
