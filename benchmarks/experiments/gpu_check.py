@@ -88,12 +88,10 @@ def attempts(out: Path) -> dict:
     return read_json(out / "attempts.json", {})
 
 
-def count_attempt(out: Path, piece: str) -> int:
-    """Record one more start of ``piece``; returns how many starts it has had before this one."""
+def count_attempt(out: Path, piece: str) -> None:
+    """Record one more start (or failure) of ``piece``."""
     counts = attempts(out)
-    before = counts.get(piece, 0)
-    write_json(out / "attempts.json", {**counts, piece: before + 1})
-    return before
+    write_json(out / "attempts.json", {**counts, piece: counts.get(piece, 0) + 1})
 
 
 def given_up(out: Path, piece: str) -> bool:
@@ -121,20 +119,22 @@ def run_tests(out: Path, deadline: Deadline) -> bool:
     started = time.perf_counter()
     try:
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=max(deadline.left(), 1))
-    except subprocess.TimeoutExpired as stopped:
-        (folder / "pytest.txt").write_text((stopped.stdout or b"").decode(errors="replace")
-                                           if isinstance(stopped.stdout, bytes) else stopped.stdout or "")
+    except subprocess.TimeoutExpired as stopped:  # its captured output is bytes whatever ``text`` says
+        (folder / "pytest.txt").write_text(stopped.stdout.decode(errors="replace") if stopped.stdout else "")
         log("tests: cut off by the time limit")
         return False
     output = result.stdout + result.stderr
     (folder / "pytest.txt").write_text(output)
     lines = [line for line in output.splitlines() if line.strip()]
-    summary = next((line.strip("= ") for line in reversed(lines) if re.search(r"\d+ (passed|failed|skipped|error)", line)),
-                   lines[-1] if lines else "")
+    summary = next((line.strip("= ") for line in reversed(lines)
+                    if re.search(r"\d+ (passed|failed|skipped|errors?)", line)), lines[-1] if lines else "")
     counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary)}
+    failures = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
     write_json(folder / "summary.json", {"command": " ".join(command[1:]), "exit_status": result.returncode,
-                                         "summary": summary, "counts": counts,
+                                         "summary": summary, "counts": counts, "failures": failures,
                                          "seconds": round(time.perf_counter() - started, 1)})
+    for line in failures:
+        log(f"tests: {line}")
     mark_done(out, "tests")
     log(f"tests: {summary} (exit status {result.returncode})")
     return True
@@ -244,7 +244,7 @@ def run_training(out: Path, args, deadline: Deadline) -> bool:
                                                            args.threads))
         child.start()
         while child.is_alive() and not deadline.passed():
-            child.join(0.2)
+            child.join(0.1)
         if child.is_alive():
             stop(child)
             log(f"bert4rec: {dataset} interrupted at the time limit; the next invocation resumes from its "
