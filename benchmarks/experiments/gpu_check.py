@@ -247,8 +247,8 @@ def run_training(out: Path, args, deadline: Deadline) -> bool:
             child.join(0.1)
         if child.is_alive():
             stop(child)
-            log(f"bert4rec: {dataset} interrupted at the time limit; the next invocation resumes from its "
-                f"last checkpoint")
+            log(f"bert4rec: {dataset} interrupted at the time limit; the next invocation resumes from the "
+                f"checkpoint of its last finished epoch, if any")
             return False
         if {"full", "pop100"} <= set(result_rows(out, dataset, args.seed)):
             mark_done(out, piece)
