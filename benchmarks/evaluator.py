@@ -265,9 +265,9 @@ class Evaluator:
                 if negatives is None:
                     g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
                 else:
-                    order = self._candidate_order(rows, start, start + len(chunk), n_columns)
-                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order.to(targets.device),
-                                                torch.from_numpy(negatives[view.users[chunk]]).to(histories.device))
+                    order = self._candidate_order(rows, start, start + len(chunk), n_columns).to(targets.device)
+                    chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
+                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order, chosen)
                 greater[start:start + len(chunk)] = g.cpu().numpy()
                 ties[start:start + len(chunk)] = t.cpu().numpy()
                 bar.update(len(chunk))
@@ -295,14 +295,13 @@ class Evaluator:
         # history (except the target, which stays a candidate when it was consumed before), plus the target
         # itself, which equals its own score.
         history_rows, history_items = view.flat(chunk)
-        device = scores.device
-        keys = torch.from_numpy(history_rows * n_slots + history_items).to(device)
-        keys = keys[torch.from_numpy(history_items).to(device) != targets[torch.from_numpy(history_rows).to(device)]]
-        padding = torch.arange(len(chunk), device=device) * n_slots
-        keys = torch.unique(torch.cat([padding, keys]))
+        kept = history_items != view.targets[chunk][history_rows]
+        padding = np.arange(len(chunk), dtype=np.int64) * n_slots
+        keys = np.concatenate([padding, history_rows[kept] * n_slots + history_items[kept]])
+        keys = torch.unique(torch.from_numpy(keys).to(scores.device))  # a repeated history item counts once
         rows, items = keys // n_slots, keys % n_slots
         excluded, reference = scores[rows, items].float(), target_scores[rows, 0]
-        above, equal = above.to(device), equal.to(device)
+        above, equal = above.to(scores.device), equal.to(scores.device)
         greater = above - torch.bincount(rows[excluded > reference], minlength=len(chunk))
         ties = equal - 1 - torch.bincount(rows[excluded == reference], minlength=len(chunk))
         return greater, ties

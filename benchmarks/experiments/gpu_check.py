@@ -317,7 +317,8 @@ def summarize(out: Path, args) -> dict:
                                       row and row["full_eval_seconds_all_users"], bound, "max"))
     done = [piece for piece in pieces(args) if is_done(out, piece)]
     return {"command": "python -m benchmarks.experiments.gpu_check " + " ".join(args.argv),
-            "environment": environment(args.device), "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "environment": environment(args.device),
+            "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "finished": all_done(out, args), "done": done, "attempts": attempts(out),
             "tests": read_json(out / "tests" / "summary.json"), "speed": speed, "bert4rec": training,
             "targets": targets}

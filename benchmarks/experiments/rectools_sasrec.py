@@ -126,7 +126,8 @@ def main(argv=None) -> int:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
-        "command": " ".join(["python -m benchmarks.experiments.rectools_sasrec", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python -m benchmarks.experiments.rectools_sasrec",
+                             *(sys.argv[1:] if argv is None else argv)]),
         "commit": git_commit(), "rectools": rectools.__version__, "torch": torch.__version__,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": torch.get_num_threads()},

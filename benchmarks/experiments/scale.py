@@ -64,10 +64,11 @@ def main(argv=None) -> int:
             row["paper_copies_per_window"] = copies_per_window(model, config_dataset)
             row["paper_epoch_seconds"] = round(row["epoch_rows_seconds"] * row["paper_copies_per_window"], 1)
             results.append(row)
+            projected = (f" (projected from {row['measured_users']:,} users)"
+                         if row["measured_users"] < row["users"] else "")
             print(f"{dataset} {model}: {row['train_steps_per_s']} steps/s, epoch of {row['epoch_rows']:,} windows "
                   f"{row['epoch_rows_seconds']} s (paper epoch {row['paper_epoch_seconds']} s), full-ranking "
-                  f"evaluation of all {row['users']:,} users {row['full_eval_seconds_all_users']} s"
-                  f"{' (projected from ' + str(row['measured_users']) + ' users)' if row['measured_users'] < row['users'] else ''}, "
+                  f"evaluation of all {row['users']:,} users {row['full_eval_seconds_all_users']} s{projected}, "
                   f"peak {row['peak_memory_mb']} MB (load {row['load_average']})", flush=True)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
