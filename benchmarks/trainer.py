@@ -25,7 +25,7 @@ from datasets.sequences import Histories
 from models.base import NeuralRecommender, Recommender, Validator
 
 
-FINITE_CHECK_STEPS = 50  # training batches between two checks that the loss is finite (each check waits for the device)
+FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)
 
 
 @dataclass
