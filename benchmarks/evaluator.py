@@ -53,7 +53,8 @@ ORDER_BLOCK = 256
 
 def chunk_users(device: torch.device, n_columns: int, history_length: int) -> int:
     """How many users one ``score`` call gets: as many as fit the memory budget (CPU: ``CPU_CHUNK_BYTES``;
-    CUDA: ``CUDA_FREE_SHARE`` of the free device memory), at least one. A user costs its ``n_columns`` float32
+    CUDA: ``CUDA_FREE_SHARE`` of the free device memory), at least one, a multiple of ``ORDER_BLOCK`` when
+    more than one block fits. A user costs its ``n_columns`` float32
     scores with two bytes of comparison masks each, and the model's activations for ``history_length``
     positions (see ``ACTIVATION_FLOATS_PER_POSITION_PAIR``)."""
     if device.type == "cuda":
@@ -65,7 +66,10 @@ def chunk_users(device: torch.device, n_columns: int, history_length: int) -> in
         budget = CPU_CHUNK_BYTES
     T = max(history_length, 1)
     per_user = 6 * n_columns + 4 * (ACTIVATION_FLOATS_PER_POSITION_PAIR * T * T + ACTIVATION_FLOATS_PER_POSITION * T)
-    return max(1, int(budget // per_user))
+    users = max(1, int(budget // per_user))
+    # Whole blocks of the sampled protocols' candidate order, each drawn once; on the CPU this also keeps Beauty's
+    # and Steam's chunks as they were (a network's scores can change in the last bit with its batch's width).
+    return users - users % ORDER_BLOCK if users >= ORDER_BLOCK else users
 
 
 def compare_rows(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -270,9 +274,9 @@ class Evaluator:
                 if negatives is None:
                     g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
                 else:
-                    order = self._candidate_order(rows, start, start + len(chunk), n_columns)
-                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order.to(targets.device),
-                                                torch.from_numpy(negatives[view.users[chunk]]).to(histories.device))
+                    order = self._candidate_order(rows, start, start + len(chunk), n_columns).to(targets.device)
+                    chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
+                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order, chosen)
                 greater[start:start + len(chunk)] = g.cpu().numpy()
                 ties[start:start + len(chunk)] = t.cpu().numpy()
                 bar.update(len(chunk))
@@ -300,14 +304,13 @@ class Evaluator:
         # history (except the target, which stays a candidate when it was consumed before), plus the target
         # itself, which equals its own score.
         history_rows, history_items = view.flat(chunk)
-        device = scores.device
-        keys = torch.from_numpy(history_rows * n_slots + history_items).to(device)
-        keys = keys[torch.from_numpy(history_items).to(device) != targets[torch.from_numpy(history_rows).to(device)]]
-        padding = torch.arange(len(chunk), device=device) * n_slots
-        keys = torch.unique(torch.cat([padding, keys]))
+        kept = history_items != view.targets[chunk][history_rows]
+        padding = np.arange(len(chunk), dtype=np.int64) * n_slots
+        keys = np.concatenate([padding, history_rows[kept] * n_slots + history_items[kept]])
+        keys = torch.unique(torch.from_numpy(keys).to(scores.device))  # a repeated history item counts once
         rows, items = keys // n_slots, keys % n_slots
         excluded, reference = scores[rows, items].float(), target_scores[rows, 0]
-        above, equal = above.to(device), equal.to(device)
+        above, equal = above.to(scores.device), equal.to(scores.device)
         greater = above - torch.bincount(rows[excluded > reference], minlength=len(chunk))
         ties = equal - 1 - torch.bincount(rows[excluded == reference], minlength=len(chunk))
         return greater, ties

@@ -28,7 +28,7 @@ from models.base import NeuralRecommender, Recommender, Validator
 from models.base import require as require_setting
 
 
-FINITE_CHECK_STEPS = 50  # training batches between two checks that the loss is finite (each check waits for the device)
+FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)
 
 
 @dataclass

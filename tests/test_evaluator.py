@@ -372,12 +372,13 @@ def test_counts_and_candidates_do_not_depend_on_the_chunk_size(tmp_path):
 
 
 def test_chunks_fit_the_cpu_budget():
-    from benchmarks.evaluator import CPU_CHUNK_BYTES, chunk_users
+    from benchmarks.evaluator import CPU_CHUNK_BYTES, ORDER_BLOCK, chunk_users
 
     cpu = torch.device("cpu")
     for columns, history in ((3417, 200), (54543, 50), (101, 200), (26745, 200)):
         users = chunk_users(cpu, columns, history)
         assert users >= 1 and users * columns * 4 <= CPU_CHUNK_BYTES
+        assert users < ORDER_BLOCK or users % ORDER_BLOCK == 0  # whole blocks of the candidate order
         assert chunk_users(cpu, columns * 2, history) <= users  # more items, fewer users
         assert chunk_users(cpu, columns, history * 2) <= users  # longer histories, fewer users
     assert chunk_users(cpu, 10**9, 200) == 1  # one user always fits

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -65,17 +66,32 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def user_sample(data: SequenceData, users: int, seed: int = 0) -> SequenceData:
+    """``users`` randomly chosen users of ``data`` with their whole sequences, over the same items."""
+    rows = np.sort(np.random.default_rng(seed).choice(data.n_users, users, replace=False))
+    return SequenceData.from_sequences(f"{data.name} ({users} users)", [data.sequence(u) for u in rows], data.n_items)
+
+
 def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: str | None, generated: bool,
-            threads: int | None, seed: int = 0) -> dict:
-    """One model on one dataset, in the calling process (see :func:`main` for the fresh process)."""
+            threads: int | None, seed: int = 0, cache_dir: str | None = None, config_dataset: str | None = None,
+            users: int | None = None) -> dict:
+    """One model on one dataset (a name of ``SHAPES`` with ``generated``, else any registry name), in the calling
+    process (see :func:`main` for the fresh process). ``config_dataset``: whose per-dataset configuration to
+    use (default ``dataset``). ``users``: measure on that many randomly chosen users; the epoch and evaluation
+    figures are then projected to all users in proportion."""
     from datasets import load_dataset
 
     if threads:
         torch.set_num_threads(threads)
     device = torch.device(device)
-    data = synthetic(dataset) if generated else load_dataset(dataset, data_dir=data_dir, progress=False)
+    data = (synthetic(dataset) if generated else
+            load_dataset(dataset, data_dir=data_dir, cache_dir=cache_dir, download=False, progress=False))
+    all_users = data.n_users
+    if users and users < data.n_users:
+        data = user_sample(data, users, seed)
+    scale = all_users / data.n_users  # measured users -> all users
     overrides = (*SHAPE, *SPEED_ONLY.get(model_name, ()), "max_epochs=1", "warmup_steps=0")
-    config = resolve(model_name, dataset, "paper", overrides)
+    config = resolve(model_name, config_dataset or dataset, "paper", overrides)
     settings = dataclasses.replace(config.train, progress=False, seed=seed)
     split = LeaveOneOutSplit(data)
     train = split.train()
@@ -84,17 +100,19 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     torch.manual_seed(seed)
     model = model_class(model_name)(data.n_users, data.n_items, config.model).to(device)
     rng = np.random.default_rng(seed)
-    warm = subset(train, rng.choice(len(train), settings.batch_size, replace=False))
+    warm = subset(train, rng.choice(len(train), min(len(train), settings.batch_size), replace=False))
     Trainer(settings).fit(model, warm, None)  # one batch: allocator and kernel warm-up
-    users = rng.choice(len(train), min(len(train), batches * settings.batch_size), replace=False)
-    timed = subset(train, users)
+    chosen = rng.choice(len(train), min(len(train), batches * settings.batch_size), replace=False)
+    timed = subset(train, chosen)
     rows = len(next(iter(model.training_examples(timed).values())))
     cpu = time.process_time()
     report = Trainer(settings).fit(model, timed, None)
     cpu, seconds = time.process_time() - cpu, report["train_seconds"]
     all_rows = len(next(iter(model.training_examples(train).values())))
+    evaluator = Evaluator(split, seed=seed)
+    evaluator.view("test")  # the split's test view is data preparation, not evaluation
     started = time.perf_counter()
-    Evaluator(split, seed=seed).evaluate(model, "test", "full", model_name)
+    evaluator.evaluate(model, "test", "full", model_name)
     evaluation = time.perf_counter() - started
     return {
         "dataset": dataset, "model": model_name, "device": describe_device(device),
@@ -102,10 +120,11 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
         "hyperparameters": dataclasses.asdict(config.model), "batch_size": settings.batch_size,
         "timed_sequences": rows, "train_seconds": round(seconds, 2),
         "train_sequences_per_s": round(rows / seconds, 1), "train_cpu_seconds": round(cpu, 2),
-        "epoch_seconds": round(data.n_users / (rows / seconds), 1),  # one pass over every user's sequence
-        "epoch_rows": all_rows, "epoch_rows_seconds": round(all_rows / (rows / seconds), 1),
-        "full_eval_seconds_all_users": round(evaluation, 2), "users": data.n_users, "items": data.n_items,
-        "peak_memory_mb": round(memory.peak_mb(), 1), "load_average": load_average(),
+        "train_steps_per_s": float(f"{math.ceil(rows / settings.batch_size) / seconds:.3g}"),
+        "epoch_seconds": round(all_users / (rows / seconds), 1),  # one pass over every user's sequence
+        "epoch_rows": round(all_rows * scale), "epoch_rows_seconds": round(all_rows * scale / (rows / seconds), 1),
+        "full_eval_seconds_all_users": round(evaluation * scale, 2), "users": all_users, "items": data.n_items,
+        "measured_users": data.n_users, "peak_memory_mb": round(memory.peak_mb(), 1), "load_average": load_average(),
     }
 
 
