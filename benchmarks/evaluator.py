@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
+from datasets.progress import progress_bar
 from datasets.sequences import LeaveOneOutSplit
 from models.base import Recommender
 
@@ -266,8 +266,8 @@ class Evaluator:
         batch_size = self.batch_size or chunk_users(model.device, n_columns, model.history_length)
         greater = np.zeros(len(rows), dtype=np.int64)
         ties = np.zeros(len(rows), dtype=np.int64)
-        bar = tqdm(total=len(rows), desc=f"{model_name} {split} {protocol}", unit="user", leave=False, delay=2,
-                   dynamic_ncols=True, disable=not (self.progress if progress is None else progress))
+        bar = progress_bar(len(rows), f"{model_name} {split} {protocol}",
+                           self.progress if progress is None else progress, unit="user")
         with evaluation_mode(model), bar:
             for start, chunk, users_t, histories in history_batches(model, view, rows, batch_size):
                 targets = torch.from_numpy(view.targets[chunk]).to(histories.device)

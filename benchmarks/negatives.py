@@ -15,15 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from datasets.progress import progress_bar
 from datasets.sequences import SequenceData
 
 SAMPLED_PROTOCOLS = {"pop100": "popularity", "uni100": "uniform"}
 PAIRS = "pairs"  # relevance prediction: one uniform negative per user (benchmarks.relevance)
 _SPLIT_CODES = {"valid": 1, "test": 2}
 _PROTOCOL_CODES = {"pop100": 1, "uni100": 2, PAIRS: 3}
-PROGRESS_DELAY_S = 2.0  # a progress bar appears only for sampling that takes longer than this
 
 
 def candidate_weights(data: SequenceData, protocol: str) -> np.ndarray:
@@ -42,7 +41,7 @@ def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.ra
     """``(n_users, n)`` item ids, per user drawn ∝ ``weights`` without replacement, avoiding the user's items.
 
     A progress bar (unless ``progress`` is False) counts the users done once sampling has run for
-    ``PROGRESS_DELAY_S``."""
+    a few seconds."""
     n_users, n_slots = data.n_users, data.n_items + 1
     positive = weights > 0
     user_of = data.user_index()
@@ -55,8 +54,7 @@ def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.ra
     cdf = np.cumsum(weights / weights.sum())
     cdf[-1] = 1.0
     out = np.zeros((n_users, n), dtype=np.int64)
-    bar = tqdm(total=n_users, desc=desc, unit=" users", unit_scale=True, disable=not progress,
-               delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
+    bar = progress_bar(n_users, desc, progress, unit=" users", unit_scale=True)
     for start in range(0, n_users, chunk_users):
         stop = min(start + chunk_users, n_users)
         rows = stop - start

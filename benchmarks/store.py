@@ -60,7 +60,7 @@ def write_atomic(path: Path, content: bytes | str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     if isinstance(content, str):
-        tmp.write_text(content)
+        tmp.write_text(content, encoding="utf-8")
     else:
         tmp.write_bytes(content)
     tmp.replace(path)

@@ -27,9 +27,9 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from datasets.errors import DatasetFormatError
+from datasets.progress import counted_reads
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,6 @@ _KIND_PATTERNS = {
     "str": re.compile(r"\S+"),
 }
 _INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
-PROGRESS_DELAY_S = 2.0  # progress bars appear only for reading that takes longer than this
 _PANDAS_DTYPES = {"int": "int64", "float": "float64", "str": "object"}
 
 
@@ -98,15 +97,13 @@ def open_binary(path: Path, member: str | None = None, progress: str | None = No
     """Open a plain file, a ``.gz`` file, or ``member`` of a zip archive, for reading bytes.
 
     With ``progress`` (a description), a bar counts the bytes read (of the compressed file, for a ``.gz``)
-    once reading has taken more than ``PROGRESS_DELAY_S``."""
+    once reading has taken a few seconds."""
     path = Path(path)
     with ExitStack() as stack:
         def counted(stream: BinaryIO, total: int) -> BinaryIO:
             if progress is None:
                 return stream
-            return stack.enter_context(tqdm.wrapattr(stream, "read", total=total, desc=progress, unit="B",
-                                                     unit_scale=True, unit_divisor=1024, leave=False,
-                                                     delay=PROGRESS_DELAY_S, dynamic_ncols=True))
+            return stack.enter_context(counted_reads(stream, total, progress))
         if member is not None:
             archive = stack.enter_context(zipfile.ZipFile(path))
             yield counted(stack.enter_context(archive.open(member)), archive.getinfo(member).file_size)

@@ -41,14 +41,13 @@ longest first, so the active users of a step are a prefix.
 from __future__ import annotations
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from datasets.progress import progress_bar
 from datasets.sequences import SequenceData
 
 GENERATOR_VERSION = 3  # 3: genres and user taste; successors on genre rings chosen by popularity
 _CHUNK_CELLS = 1 << 26  # users per chunk x (n_items + 1) booleans: 64 MiB
 _JUMP_RETRIES = 8  # jumps tried after a repeat before falling back to uniform draws
-PROGRESS_DELAY_S = 2.0  # a progress bar appears only when generation takes longer than this
 
 
 def generate(n_users: int, n_items: int, mean_length: float, seed: int = 0, *, min_length: int = 5,
@@ -58,7 +57,7 @@ def generate(n_users: int, n_items: int, mean_length: float, seed: int = 0, *, m
     """``n_users`` sequences over items ``1..n_items``; identical for identical arguments.
 
     ``max_length`` defaults to ``n_items // 2`` (there must be unseen items left to draw). With ``progress``,
-    a bar counts the users generated once generation has taken more than ``PROGRESS_DELAY_S``.
+    a bar counts the users generated once generation has taken a few seconds.
     """
     max_length = n_items // 2 if max_length is None else max_length
     if not 3 <= min_length < mean_length <= max_length < n_items:
@@ -104,8 +103,7 @@ def generate(n_users: int, n_items: int, mean_length: float, seed: int = 0, *, m
 
     longest_first = np.argsort(-lengths, kind="stable")
     chunk = max(1, _CHUNK_CELLS // (n_items + 1))
-    bar = tqdm(total=n_users, desc=f"generating {name}", unit=" users", unit_scale=True, disable=not progress,
-               delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
+    bar = progress_bar(n_users, f"generating {name}", progress, unit=" users", unit_scale=True)
     for start in range(0, n_users, chunk):
         users = longest_first[start:start + chunk]
         chunk_lengths, base, genre = lengths[users], offsets[users], favourite[users]

@@ -6,11 +6,12 @@ GitHub keeps ``<ins>``); LaTeX uses ``\\textbf`` and ``\\underline`` and escapes
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tabulate import tabulate
+
+from benchmarks.store import write_atomic
 
 GAP = "–"  # what a missing result shows
 
@@ -143,18 +144,6 @@ def latex_document(inputs: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- files
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename it, so a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, path)
-
 
 def write_table(table: Table, folder: Path) -> tuple[Path, Path]:
     """``folder/<name>.md`` and ``folder/<name>.tex``."""

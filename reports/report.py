@@ -11,9 +11,10 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.store import write_atomic
 from reports import figures, names, tables
 from reports.published import PUBLISHED_PROTOCOL, load_published
-from reports.render import Table, latex_document, to_markdown, write_atomic, write_table
+from reports.render import Table, latex_document, to_markdown, write_table
 from reports.results import SMOKE_LABEL, ResultSet, load_results
 from reports.stats import PerUser
 

@@ -4,17 +4,14 @@ here) and nothing at all with ``progress=False``."""
 import numpy as np
 import pytest
 
-import benchmarks.negatives
-import datasets.readers
-import datasets.synthetic
+import datasets.progress
 from benchmarks.negatives import load_or_sample
 from datasets import generate, load_dataset, read_interactions
 
 
 @pytest.fixture
 def no_delay(monkeypatch):
-    for module in (benchmarks.negatives, datasets.readers, datasets.synthetic):
-        monkeypatch.setattr(module, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(datasets.progress, "PROGRESS_DELAY_S", 0.0)
 
 
 def test_negative_sampling_shows_users_done(no_delay, capsys):
