@@ -1,8 +1,9 @@
 """The one training loop shared by every neural model (``architecture.md``; ``protocol.md`` "Model selection").
 
-Adam or AdamW with linear warm-up then linear decay, gradient clipping, bf16 autocast on CUDA, early stopping
-on a validation metric with a patience, an epoch cap and a wall-clock budget, restore of the best weights, and
-a checkpoint after every validation so that an interrupted run resumes where it stopped.
+Adam, AdamW or BERT's AdamWeightDecay (``benchmarks.optim``) with linear warm-up then linear or BERT's decay,
+gradient clipping, bf16 autocast on CUDA, early stopping on a validation metric with a patience, an epoch cap, a
+step cap and a wall-clock budget, restore of the best weights, and a checkpoint after every validation so that an
+interrupted run resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -16,22 +17,31 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from benchmarks.optim import AdamWeightDecay, bert_schedule
 from datasets.sequences import Histories
 from models.base import NeuralRecommender, Recommender, Validator
 
 
+OPTIMIZERS = ("adam", "adamw", "adam-weight-decay")
+DECAYS = ("none", "linear", "polynomial")
+
+
 @dataclass
 class TrainSettings:
-    optimizer: str = "adam"  # "adam" (L2 folded into the gradient) or "adamw" (decoupled weight decay)
+    optimizer: str = "adam"  # "adam" (L2 folded into the gradient), "adamw" (decoupled weight decay) or
+    # "adam-weight-decay" (BERT's AdamWeightDecayOptimizer: decoupled weight decay, no bias correction)
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8  # Adam's ε (BERT's optimizer: 1e-6)
     batch_size: int = 256
     max_epochs: int = 200
+    max_steps: int | None = None  # stop after this many optimiser steps, and the decay's horizon (else max_epochs)
     patience: int = 10  # validations without improvement before stopping
     time_budget_s: float | None = None  # wall-clock cap on training (validation included)
     warmup_steps: int = 0
-    decay: str = "none"  # "linear": to 0 at max_epochs * batches per epoch; "none": constant after warm-up
+    decay: str = "none"  # after warm-up: "none" constant; "linear" to 0 over the steps after warm-up;
+    # "polynomial": BERT's create_optimizer, lr·(1 − s/T) over all T steps, warm-up lr·s/W (benchmarks.optim)
     clip_norm: float | None = 5.0
     valid_every: int = 1  # epochs between validations
     valid_metric: str = "NDCG@10"
@@ -43,10 +53,13 @@ class TrainSettings:
     seed: int = 0  # shuffling, negatives and masks drawn during training
 
     def __post_init__(self):
-        if self.optimizer not in ("adam", "adamw"):
-            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
-        if self.decay not in ("linear", "none"):
-            raise ValueError(f"decay must be 'linear' or 'none', got {self.decay!r}")
+        for name, choices in (("optimizer", OPTIMIZERS), ("decay", DECAYS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be one of {', '.join(map(repr, choices))}")
+        if not self.eps > 0:
+            raise ValueError(f"eps={self.eps} must be > 0")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps={self.max_steps} must be >= 1 (or None: max_epochs decides)")
         if self.batch_size < 1 or self.max_epochs < 1 or self.patience < 1 or self.valid_every < 1:
             raise ValueError("batch_size, max_epochs, patience and valid_every must all be >= 1")
         self.betas = tuple(self.betas)
@@ -78,20 +91,25 @@ class Trainer:
 
     def _optimizer(self, model: NeuralRecommender) -> torch.optim.Optimizer:
         s = self.settings
-        kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
-        fused = model.device.type == "cuda"
         # A model may split its parameters into groups with their own settings through an optional
         # ``parameter_groups()`` (BERT4Rec: no weight decay on biases and LayerNorm, as its official code).
         groups = model.parameter_groups() if hasattr(model, "parameter_groups") else model.parameters()
-        return kind(groups, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, fused=fused)
+        if s.optimizer == "adam-weight-decay":
+            return AdamWeightDecay(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay)
+        kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
+        return kind(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay,
+                    fused=model.device.type == "cuda")
 
     def _schedule(self, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-        warmup, linear = self.settings.warmup_steps, self.settings.decay == "linear"
+        """The learning rate's factor at each step (0-based) of ``total_steps``."""
+        warmup, decay = self.settings.warmup_steps, self.settings.decay
 
         def factor(step: int) -> float:
+            if decay == "polynomial":
+                return bert_schedule(step, warmup, total_steps)
             if warmup and step < warmup:
                 return (step + 1) / warmup
-            if linear:
+            if decay == "linear":
                 return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
             return 1.0
 
@@ -106,7 +124,7 @@ class Trainer:
             raise ValueError(f"{model.name}: the training view produced no training examples")
         batches_per_epoch = math.ceil(n_examples / s.batch_size)
         optimizer = self._optimizer(model)
-        schedule = self._schedule(optimizer, s.max_epochs * batches_per_epoch)
+        schedule = self._schedule(optimizer, s.max_steps or s.max_epochs * batches_per_epoch)
         generator = torch.Generator(device=device).manual_seed(s.seed)
         use_amp = s.amp and device.type == "cuda"
 
@@ -128,7 +146,7 @@ class Trainer:
             epoch = state["epoch"] + 1
             model.train()
             order = torch.randperm(n_examples, generator=generator, device=device)
-            loss_sum, out_of_time = 0.0, False
+            loss_sum, out_of_budget = 0.0, False
             for b in range(batches_per_epoch):
                 rows = order[b * s.batch_size:(b + 1) * s.batch_size]
                 batch = {key: value[rows] for key, value in examples.items()}
@@ -144,11 +162,12 @@ class Trainer:
                 optimizer.step()
                 schedule.step()
                 loss_sum += loss.item()
-                if s.time_budget_s is not None and time.perf_counter() - started > s.time_budget_s:
-                    out_of_time = True
+                if ((s.time_budget_s is not None and time.perf_counter() - started > s.time_budget_s)
+                        or (s.max_steps is not None and schedule.last_epoch >= s.max_steps)):  # steps taken so far
+                    out_of_budget = True
                     break
             record = {"epoch": epoch, "loss": loss_sum / (b + 1), "seconds": time.perf_counter() - started}
-            last_epoch = epoch >= s.max_epochs or out_of_time
+            last_epoch = epoch >= s.max_epochs or out_of_budget
             if validate is not None and (epoch % s.valid_every == 0 or last_epoch):
                 metrics = validate(model)
                 record.update({f"valid_{name}": value for name, value in metrics.items()})

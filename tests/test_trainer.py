@@ -98,7 +98,7 @@ def test_time_budget_stops_training():
 
 
 def test_bad_settings_and_devices_are_explained():
-    with pytest.raises(ValueError, match="optimizer must be"):
+    with pytest.raises(ValueError, match="optimizer=.sgd. must be one of"):
         TrainSettings(optimizer="sgd")
     with pytest.raises(ValueError, match="unknown device"):
         resolve_device("tpu")
