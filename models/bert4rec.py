@@ -10,7 +10,10 @@ Transformer", CIKM 2019). Where the paper is silent, ``--profile paper`` builds 
 - §3.3 Transformer layer (eq. 1–5): L bidirectional blocks, h heads, PFFN with GELU and inner size 4d,
   post-LN: LN(x + Dropout(sublayer(x))); LayerNorm ε 1e-12 as TF's ``layer_norm`` (``layer_norm_eps``).
 - §3.5 Output layer (eq. 7): P(v) = softmax(GELU(h_t W^P + b^P) Eᵀ + b^O), with the shared item embedding E
-  and a bias per item; the official ``run.py`` adds a LayerNorm after the GELU (``head_norm``).
+  and a bias per item; the official ``run.py`` adds a LayerNorm after the GELU (``head_norm``). The training
+  softmax runs over every row of the official vocabulary (``softmax_classes="vocabulary"``: the padding id 0, the
+  n items, [MASK] and two special tokens the official vocabulary holds and never uses, n + 4 classes, none of
+  them but the items ever a target), or over the n items only (``"items"``). Scores rank items either way.
 - §3.6 Cloze training (eq. 8): a proportion ρ of each window's n items, exactly
   k = min(max_predictions, max(1, round(ρ·n))) of them with Python 2's ``round`` (double precision, halves away
   from zero) as ``gen_data_fin.py``, drawn uniformly, become [MASK] (or, with ``mask_token_prob`` < 1, half of
@@ -39,6 +42,11 @@ from models.transformer import (POSITIONS, EncoderConfig, check_choice, check_en
 from models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
 
 
+SOFTMAX_CLASSES = ("vocabulary", "items")
+# The official vocabulary (vocab.py FreqVocab): 0 (padding), the n items, then [pad], [MASK] and [NO_USE].
+SPECIAL_TOKENS = 3
+
+
 @dataclass
 class BERT4RecConfig:
     max_len: int = 200  # N, the [MASK] of inference included
@@ -61,6 +69,7 @@ class BERT4RecConfig:
     use_layernorm: bool = True  # every LayerNorm: embedding, blocks and output head
     use_residual: bool = True
     head_norm: bool = True  # LayerNorm after GELU(h W^P + b^P) (official run.py; eq. 7 does not show it)
+    softmax_classes: str = "vocabulary"  # training softmax over "vocabulary" (n + 4 ids, official) or "items" (n)
     layer_norm_eps: float = 1e-12  # TF's layer_norm, used by the official modeling.py and run.py
     init_std: float = 0.02
 
@@ -82,6 +91,7 @@ class BERT4RecConfig:
             raise ValueError(f"window_step={self.window_step} must be in (0, 1] with int(window_step·max_len) >= 1 "
                              f"(max_len={self.max_len})")
         check_choice("positions", self.positions, POSITIONS)
+        check_choice("softmax_classes", self.softmax_classes, SOFTMAX_CLASSES)
 
 
 class BERT4Rec(NeuralRecommender):
@@ -92,8 +102,9 @@ class BERT4Rec(NeuralRecommender):
         super().__init__(n_users, n_items, config)
         self.mask_token = n_items + 1
         c = config
+        vocabulary = n_items + 1 + (SPECIAL_TOKENS if c.softmax_classes == "vocabulary" else 1)  # + [MASK] at least
         self.encoder = PackedSequenceEncoder(EncoderConfig(
-            vocab_size=n_items + 2, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
+            vocab_size=vocabulary, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
             ffn_inner=4 * c.hidden, activation="gelu", dropout=c.dropout, attention_dropout=c.attention_dropout,
             causal=False, block="post-ln", positions=c.positions, embedding_norm=True,
             token_type=c.token_type_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
@@ -103,7 +114,7 @@ class BERT4Rec(NeuralRecommender):
         self.projection = nn.Linear(c.hidden, c.hidden)
         self.head_norm = (nn.LayerNorm(c.hidden, eps=c.layer_norm_eps) if c.head_norm and c.use_layernorm
                           else nn.Identity())
-        self.output_bias = nn.Parameter(torch.zeros(n_items + 1))  # b^O per item id (0 unused)
+        self.output_bias = nn.Parameter(torch.zeros(vocabulary if c.softmax_classes == "vocabulary" else n_items + 1))
         nn.init.trunc_normal_(self.projection.weight, std=c.init_std, a=-2 * c.init_std, b=2 * c.init_std)
         nn.init.zeros_(self.projection.bias)
         self.windows: torch.Tensor | None = None  # training windows, set by training_examples
@@ -123,9 +134,13 @@ class BERT4Rec(NeuralRecommender):
         """GELU(h W^P + b^P), then the head's LayerNorm: the left factor of eq. 7."""
         return self.head_norm(gelu(self.projection(hidden)))
 
-    def item_embeddings(self) -> torch.Tensor:
-        """E restricted to the real items 1..n (no padding, no [MASK]): the classes of the softmax."""
-        return self.encoder.item_embedding.weight[1:self.n_items + 1]
+    def softmax_classes(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The training softmax's output embeddings, their biases, and the offset from an item id to its class:
+        every row of the vocabulary, or the real items 1..n only."""
+        E = self.encoder.item_embedding.weight
+        if self.config.softmax_classes == "vocabulary":
+            return E, self.output_bias, 0
+        return E[1:self.n_items + 1], self.output_bias[1:], 1
 
     # ------------------------------------------------------------------------------------------- training
     def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
@@ -215,9 +230,9 @@ class BERT4Rec(NeuralRecommender):
         """Eq. 8: mean −log P of the masked items; logits only at masked positions."""
         items, masked, inputs = self.masked_inputs(batch, generator)
         hidden, _ = self.encoder(inputs)  # rows of the non-padding positions
-        # Eq. 7 only at the masked positions; the softmax over all items is taken chunk by chunk.
-        return softmax_cross_entropy(self.transform(hidden[masked[items != PAD]]), self.item_embeddings(),
-                                     items[masked] - 1, self.output_bias[1:])
+        # Eq. 7 only at the masked positions; the softmax over all classes is taken chunk by chunk.
+        weight, bias, offset = self.softmax_classes()
+        return softmax_cross_entropy(self.transform(hidden[masked[items != PAD]]), weight, items[masked] - offset, bias)
 
     # ------------------------------------------------------------------------------------------- inference
     def append_mask(self, histories: torch.Tensor) -> torch.Tensor:
@@ -232,7 +247,7 @@ class BERT4Rec(NeuralRecommender):
         h = self.transform(hidden)  # the [MASK] position
         if candidates is None:
             E = self.encoder.item_embedding.weight[:self.n_items + 1]
-            return h @ E.T + self.output_bias
+            return h @ E.T + self.output_bias[:self.n_items + 1]
         E = self.encoder.item_embedding(candidates)
         return (E @ h[:, :, None]).squeeze(-1) + self.output_bias[candidates]
 

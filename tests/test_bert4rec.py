@@ -208,20 +208,41 @@ def test_mask_token_is_appended_after_the_last_n_minus_1_items():
     assert inputs.tolist() == [[3, 4, 5, 6, N_ITEMS + 1], [0, 0, 0, 7, N_ITEMS + 1]]
 
 
-def test_scores_come_from_the_mask_position_through_eq7():
-    m = model().eval()
+@pytest.mark.parametrize("classes", ["vocabulary", "items"])
+def test_scores_come_from_the_mask_position_through_eq7(classes):
+    m = model(softmax_classes=classes).eval()
+    with torch.no_grad():
+        m.output_bias.normal_()
     history = histories([[3, 9, 27]], width=9)
     hidden, _ = m.encoder(m.append_mask(history))  # packed: 3 items and [MASK]
     h = m.head_norm(torch.nn.functional.gelu(m.projection(hidden[-1:])))
-    expected = h @ m.encoder.item_embedding.weight[:N_ITEMS + 1].T + m.output_bias
+    expected = h @ m.encoder.item_embedding.weight[:N_ITEMS + 1].T + m.output_bias[:N_ITEMS + 1]
     assert torch.allclose(m.score(torch.tensor([0]), history, None), expected, atol=1e-5)
 
 
-def test_output_layer_shares_the_item_embedding():
-    m = model()
-    assert m.encoder.item_embedding.weight.shape == (N_ITEMS + 2, 16)  # items, padding and [MASK]
-    assert m.output_bias.shape == (N_ITEMS + 1,)
+def test_output_layer_shares_the_item_embedding_and_the_official_vocabulary():
+    m = model()  # the official vocabulary: padding, items, [MASK] and two unused special tokens
+    assert m.encoder.item_embedding.weight.shape == (N_ITEMS + 4, 16) and m.output_bias.shape == (N_ITEMS + 4,)
     assert not any(p.shape == (N_ITEMS, 16) or p.shape == (16, N_ITEMS) for p in m.parameters())
+    items_only = model(softmax_classes="items")
+    assert items_only.encoder.item_embedding.weight.shape == (N_ITEMS + 2, 16)  # padding, items and [MASK]
+    assert items_only.output_bias.shape == (N_ITEMS + 1,)
+
+
+@pytest.mark.parametrize("classes, rows", [("vocabulary", slice(0, N_ITEMS + 4)), ("items", slice(1, N_ITEMS + 1))])
+def test_cloze_loss_is_the_softmax_over_its_classes_at_the_masked_positions(classes, rows):
+    m = model(softmax_classes=classes, dropout=0.0, attention_dropout=0.0, fresh_masks=True)
+    with torch.no_grad():
+        m.output_bias.normal_()
+    examples = m.training_examples(train_view([np.arange(1, 11), np.arange(11, 15)]))
+    batch = {key: value[:2] for key, value in examples.items()}
+    loss = m.loss(batch, torch.Generator().manual_seed(0))
+    items, masked, inputs = m.masked_inputs(batch, torch.Generator().manual_seed(0))  # the same draws
+    hidden = SequenceEncoder.hidden_states(m.encoder, inputs)[0]
+    h = m.head_norm(torch.nn.functional.gelu(m.projection(hidden[masked])))
+    logits = h @ m.encoder.item_embedding.weight[rows].T + m.output_bias[rows]
+    expected = torch.nn.functional.cross_entropy(logits, items[masked] - rows.start)
+    assert torch.allclose(loss, expected, atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------- optimiser
