@@ -110,9 +110,8 @@ def test_training_examples_are_windows_copied_dupe_factor_times_plus_last_item_s
 
 
 def test_window_step_is_truncated_as_the_official_int():
-    m = model(max_len=5, window_step=0.5)  # int(2.5) = 2, where round would give 2 as well: take 0.7 → int 3
-    m = model(max_len=5, window_step=0.7)
-    m.training_examples(train_view([np.arange(1, 11)]))  # 10 items: begins 5, 2 (step int(3.5) = 3) and 0
+    m = model(max_len=5, window_step=0.7)  # step int(3.5) = 3 (round would give 4)
+    m.training_examples(train_view([np.arange(1, 11)]))  # 10 items: windows begin at 5, 2 and 0
     assert m.windows.tolist() == [[6, 7, 8, 9, 10], [3, 4, 5, 6, 7], [1, 2, 3, 4, 5]]
 
 

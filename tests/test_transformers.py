@@ -2,6 +2,7 @@
 official block against a transcription of the authors' TF code, ablation switches, causality, padding, batching,
 windows, attention maps, and learning a strong item-transition chain better than POP."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -438,3 +439,41 @@ def test_sasrec_learns_the_chain_far_better_than_pop(cls, chain):
     ndcg = fit_and_score(model, chain, TrainSettings(lr=5e-3, batch_size=64, max_epochs=8, progress=False,
                                                      betas=(0.9, 0.98)))
     assert ndcg > chain[3] + 0.3, (cls.name, ndcg, chain[3])
+
+
+# ------------------------------------------------------------------------------------------ config errors
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden": 64, "heads": 3}, "heads=3 must divide hidden=64"),
+    ({"block": "textbook"}, "block='textbook' must be one of 'official', 'pre-ln', 'post-ln'"),
+    ({"init": "normal"}, "init='normal' must be one of 'truncated_normal', 'xavier'"),
+    ({"window_step": 1.5}, "window_step=1.5 must be in [0, 1]"),
+    ({"max_len": 0}, "max_len=0 must be >= 1"),
+    ({"layers": 0}, "layers=0 must be >= 1"),
+    ({"heads": 0}, "heads=0 must be >= 1"),
+    ({"dropout": 1.0}, "dropout=1.0 must be in [0, 1)"),
+    ({"attention_dropout": -0.5}, "attention_dropout=-0.5 must be in [0, 1)"),
+    ({"init_std": -0.02}, "init_std=-0.02 must be > 0"),
+    ({"layer_norm_eps": 0.0}, "layer_norm_eps=0.0 must be > 0"),
+])
+def test_sasrec_config_errors_say_what_to_fix(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SASRecConfig(**changes)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"negatives": 0}, "negatives=0 must be >= 1"),
+    ({"window_step": 0.0}, "window_step=0.0 must be in (0, 1]"),
+    ({"hidden": 10, "heads": 4}, "heads=4 must divide hidden=10"),
+    ({"max_len": 0}, "max_len=0 must be >= 1"),
+    ({"layer_norm_eps": -1.0}, "layer_norm_eps=-1.0 must be > 0"),
+])
+def test_bert4rec_relevance_config_errors_say_what_to_fix(changes, message):
+    from models.bert4rec_relevance import BERT4RecRelevanceConfig
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        BERT4RecRelevanceConfig(**changes)
+
+
+def test_encoder_config_rejects_unknown_choices():
+    with pytest.raises(ValueError, match=re.escape("positions='left' must be one of 'start', 'end'")):
+        EncoderConfig(vocab_size=10, max_len=5, positions="left")
