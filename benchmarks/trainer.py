@@ -1,8 +1,9 @@
 """The one training loop shared by every neural model (``architecture.md``; ``protocol.md`` "Model selection").
 
-Adam or AdamW with linear warm-up then linear decay, gradient clipping, bf16 autocast on CUDA, early stopping
-on a validation metric with a patience, an epoch cap and a wall-clock budget, restore of the best weights, and
-a checkpoint after every validation so that an interrupted run resumes where it stopped.
+Adam, AdamW or BERT's AdamWeightDecay (``benchmarks.optim``) with linear warm-up then linear or BERT's decay,
+gradient clipping, bf16 autocast on CUDA, early stopping on a validation metric with a patience, an epoch cap, a
+step cap and a wall-clock budget, restore of the best weights, and a checkpoint after every validation so that an
+interrupted run resumes where it stopped.
 
 On a GPU the loop itself never makes the host wait for the device between steps: the running loss stays on the
 device and is checked for NaN/inf every ``FINITE_CHECK_STEPS`` batches and at the epoch's end (the model's own
@@ -22,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.evaluator import PROTOCOLS, check_metric_name
+from benchmarks.optim import AdamWeightDecay, bert_schedule
 from benchmarks.relevance import SELECTION_METRICS
 from datasets.sequences import Histories
 from models.base import NeuralRecommender, Recommender, Validator
@@ -31,18 +33,26 @@ from models.base import require as require_setting
 FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)
 
 
+OPTIMIZERS = ("adam", "adamw", "adam-weight-decay")
+DECAYS = ("none", "linear", "polynomial")
+
+
 @dataclass
 class TrainSettings:
-    optimizer: str = "adam"  # "adam" (L2 folded into the gradient) or "adamw" (decoupled weight decay)
+    optimizer: str = "adam"  # "adam" (L2 folded into the gradient), "adamw" (decoupled weight decay) or
+    # "adam-weight-decay" (BERT's AdamWeightDecayOptimizer: decoupled weight decay, no bias correction)
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8  # Adam's ε (BERT's optimizer: 1e-6)
     batch_size: int = 256
     max_epochs: int = 200
+    max_steps: int | None = None  # stop after this many optimiser steps, and the decay's horizon (else max_epochs)
     patience: int = 10  # validations without improvement before stopping
     time_budget_s: float | None = None  # wall-clock cap on training (validation included)
     warmup_steps: int = 0
-    decay: str = "none"  # "linear": to 0 at max_epochs * batches per epoch; "none": constant after warm-up
+    decay: str = "none"  # after warm-up: "none" constant; "linear" to 0 over the steps after warm-up;
+    # "polynomial": BERT's create_optimizer, lr·(1 − s/T) over all T steps, warm-up lr·s/W (benchmarks.optim)
     clip_norm: float | None = 5.0
     valid_every: int = 1  # epochs between validations
     valid_metric: str = "NDCG@10"
@@ -59,9 +69,11 @@ class TrainSettings:
             require_setting(self, condition, field, rule)
 
         self.betas = tuple(self.betas)
-        require(self.optimizer in ("adam", "adamw"), "optimizer", "be 'adam' or 'adamw'")
-        require(self.decay in ("linear", "none"), "decay", "be 'linear' or 'none'")
+        for field, choices in (("optimizer", OPTIMIZERS), ("decay", DECAYS)):
+            require(getattr(self, field) in choices, field, f"be one of {', '.join(choices)}")
         require(self.lr > 0, "lr", "be > 0")
+        require(self.eps > 0, "eps", "be > 0")
+        require(self.max_steps is None or self.max_steps >= 1, "max_steps", "be >= 1, or none (max_epochs decides)")
         require(self.weight_decay >= 0, "weight_decay", "be >= 0")
         require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "be two numbers in [0, 1)")
         for field in ("batch_size", "max_epochs", "patience", "valid_every"):
@@ -101,20 +113,25 @@ class Trainer:
 
     def _optimizer(self, model: NeuralRecommender) -> torch.optim.Optimizer:
         s = self.settings
-        kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
-        fused = model.device.type == "cuda"
         # A model may split its parameters into groups with their own settings through an optional
         # ``parameter_groups()`` (BERT4Rec: no weight decay on biases and LayerNorm, as its official code).
         groups = model.parameter_groups() if hasattr(model, "parameter_groups") else model.parameters()
-        return kind(groups, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, fused=fused)
+        if s.optimizer == "adam-weight-decay":
+            return AdamWeightDecay(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay)
+        kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
+        return kind(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay,
+                    fused=model.device.type == "cuda")
 
     def _schedule(self, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-        warmup, linear = self.settings.warmup_steps, self.settings.decay == "linear"
+        """The learning rate's factor at each step (0-based) of ``total_steps``."""
+        warmup, decay = self.settings.warmup_steps, self.settings.decay
 
         def factor(step: int) -> float:
+            if decay == "polynomial":
+                return bert_schedule(step, warmup, total_steps)
             if warmup and step < warmup:
                 return (step + 1) / warmup
-            if linear:
+            if decay == "linear":
                 return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
             return 1.0
 
@@ -129,7 +146,7 @@ class Trainer:
             raise ValueError(f"{model.name}: the training view produced no training examples")
         batches_per_epoch = math.ceil(n_examples / s.batch_size)
         optimizer = self._optimizer(model)
-        schedule = self._schedule(optimizer, s.max_epochs * batches_per_epoch)
+        schedule = self._schedule(optimizer, s.max_steps or s.max_epochs * batches_per_epoch)
         generator = torch.Generator(device=device).manual_seed(s.seed)
         use_amp = s.amp and device.type == "cuda"
         loss_of = torch.compile(model.loss) if s.compile else model.loss
@@ -157,7 +174,7 @@ class Trainer:
             # FINITE_CHECK_STEPS of them for the divergence check) until the check and the epoch's end.
             loss_sum = torch.zeros((), dtype=torch.float64, device=device)
             recent = torch.zeros(FINITE_CHECK_STEPS, device=device)
-            out_of_time = False
+            out_of_time = out_of_steps = False
             for b in range(batches_per_epoch):
                 rows = order[b * s.batch_size:(b + 1) * s.batch_size]
                 batch = {key: value[rows] for key, value in examples.items()}
@@ -172,12 +189,13 @@ class Trainer:
                 loss_sum += loss.detach()
                 recent[b % FINITE_CHECK_STEPS] = loss.detach()
                 out_of_time = s.time_budget_s is not None and time.perf_counter() - started > s.time_budget_s
-                if (b + 1) % FINITE_CHECK_STEPS == 0 or out_of_time or b + 1 == batches_per_epoch:
+                out_of_steps = s.max_steps is not None and schedule.last_epoch >= s.max_steps  # steps taken so far
+                if (b + 1) % FINITE_CHECK_STEPS == 0 or out_of_time or out_of_steps or b + 1 == batches_per_epoch:
                     self._check_finite(model, recent, epoch, b)
-                if out_of_time:
+                if out_of_time or out_of_steps:
                     break
             record = {"epoch": epoch, "loss": loss_sum.item() / (b + 1), "seconds": time.perf_counter() - started}
-            last_epoch = epoch >= s.max_epochs or out_of_time
+            last_epoch = epoch >= s.max_epochs or out_of_time or out_of_steps
             if validate is not None and (epoch % s.valid_every == 0 or last_epoch):
                 metrics = validate(model)
                 record.update({f"valid_{name}": value for name, value in metrics.items()})
@@ -195,7 +213,8 @@ class Trainer:
             state["finished"] = last_epoch or state["bad_validations"] >= s.patience
             if state["finished"]:
                 state["stopped_by"] = ("max epochs" if epoch >= s.max_epochs else
-                                       "time budget" if out_of_time else "early stopping")
+                                       "time budget" if out_of_time else "max steps" if out_of_steps else
+                                       "early stopping")
             bar.update(1)
             best = f"{state['best_metric']:.4f}" if state["best_metric"] > -math.inf else "–"
             bar.set_postfix(loss=f"{record['loss']:.4f}", **({f"best {s.valid_metric}": best} if validate else {}))

@@ -1,23 +1,32 @@
 """BERT4Rec (Sun et al., "BERT4Rec: Sequential Recommendation with Bidirectional Encoder Representations from
-Transformer", CIKM 2019), with the authors' TF code as the tie-breaker where the paper is silent.
+Transformer", CIKM 2019). Where the paper is silent, ``--profile paper`` builds it as the authors' TF code does
+(FeiSun/BERT4Rec: ``gen_data_fin.py``, ``modeling.py``, ``run.py``, ``optimization.py``).
 
-- §3.4 Embedding layer: h⁰_i = v_i + p_i, item embedding E plus a *learnable* positional embedding, then (as
-  the official ``modeling.py``) LayerNorm and dropout. Item ids 1..n, 0 = padding, [MASK] = n + 1.
+- §3.4 Embedding layer: h⁰_i = v_i + p_i, item embedding E plus a *learnable* positional embedding; the official
+  ``modeling.py`` (BERT) also adds a token-type vector, one for every position (``token_type_embedding``), then
+  LayerNorm and dropout. Item ids 1..n, 0 = padding, [MASK] = n + 1. Positions (``positions``): ``"start"``, the
+  official code's: it pads on the right, so a window's first item gets p_0 and the [MASK] appended at inference
+  after n items gets p_n; ``"end"``: the last column gets p_{N−1}, as SASRec's code.
 - §3.3 Transformer layer (eq. 1–5): L bidirectional blocks, h heads, PFFN with GELU and inner size 4d,
-  post-LN: LN(x + Dropout(sublayer(x))).
+  post-LN: LN(x + Dropout(sublayer(x))); LayerNorm ε 1e-12 as TF's ``layer_norm`` (``layer_norm_eps``).
 - §3.5 Output layer (eq. 7): P(v) = softmax(GELU(h_t W^P + b^P) Eᵀ + b^O), with the shared item embedding E
-  and a bias per item; the official ``run.py`` adds a LayerNorm after the GELU (``head_norm``).
-- §3.6 Cloze training (eq. 8): a proportion ρ of each sequence's items (at least one, at most
-  ``max_predictions``; exactly min(max_predictions, max(1, round(ρ·n))) as the official ``gen_data_fin.py``)
-  become [MASK]; L = (1/|S_m|) Σ_{v_m ∈ S_m} −log P(v_m = v*_m | S'_u). Masks are drawn afresh on the device
-  for every batch. Plus, per training window, one sample with only its last item masked, which matches
-  inference. Sequences longer than N are cut into windows of N items with step N/2.
+  and a bias per item; the official ``run.py`` adds a LayerNorm after the GELU (``head_norm``). The training
+  softmax runs over every row of the official vocabulary (``softmax_classes="vocabulary"``: the padding id 0, the
+  n items, [MASK] and two special tokens the official vocabulary holds and never uses, n + 4 classes, none of
+  them but the items ever a target), or over the n items only (``"items"``). Scores rank items either way.
+- §3.6 Cloze training (eq. 8): a proportion ρ of each window's n items, exactly
+  k = min(max_predictions, max(1, round(ρ·n))) of them with Python 2's ``round`` (double precision, halves away
+  from zero) as ``gen_data_fin.py``, drawn uniformly, become [MASK] (or, with ``mask_token_prob`` < 1, half of
+  the rest keep their item and half get a random one); L = (1/|S_m|) Σ_{v_m ∈ S_m} −log P(v_m = v*_m | S'_u)
+  over the masked items of a batch. Per window: ``dupe_factor`` masked copies plus one with only its last item
+  masked, which matches inference. ``fresh_masks = false`` (official): the copies are masked once and the same
+  copies come back every epoch, as the files ``gen_data_fin.py`` writes once; ``true``: masks are drawn afresh
+  for every batch. Histories longer than N are cut into windows of N items, step int(window_step·N).
 - Inference: append [MASK] to the last N − 1 history items and score with its final hidden vector.
+- Initialisation: truncated normal (std 0.02, cut at 2σ) for every weight matrix and embedding, biases 0.
 
-Differences from the official code, all without effect on what is learned: padding is on the left with
-positions counted from the right end (the official code pads on the right), and the constant token-type
-embedding of BERT (one type for every position) is left out. Masked copies per window are set by
-``dupe_factor`` per epoch instead of being written to files once.
+The remaining differences from the official code and their measured effects are listed in
+``models/fidelity.md``.
 """
 from __future__ import annotations
 
@@ -28,8 +37,14 @@ from torch import nn
 
 from datasets.sequences import PAD, Histories
 from models.base import NeuralRecommender
-from models.transformer import (EncoderConfig, SequenceEncoder, gelu, sliding_windows, softmax_cross_entropy,
-                                trim_padding, window_matrix)
+from models.transformer import (POSITIONS, EncoderConfig, check_choice, check_encoder_fields, sliding_windows,
+                                window_matrix)
+from models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
+
+
+SOFTMAX_CLASSES = ("vocabulary", "items")
+# The official vocabulary (vocab.py FreqVocab): 0 (padding), the n items, then [pad], [MASK] and [NO_USE].
+SPECIAL_TOKENS = 3
 
 
 @dataclass
@@ -45,26 +60,38 @@ class BERT4RecConfig:
     mask_token_prob: float = 1.0  # a masked item becomes [MASK] with this probability, else half kept, half random
     dupe_factor: int = 10  # Cloze-masked copies of every window per epoch (0: last-item samples only)
     mask_last: bool = True  # one extra sample per window with only its last item masked
-    window_step: float = 0.5  # windows of N items, step = window_step·N
+    fresh_masks: bool = False  # True: new masks for every batch; False: copies masked once, reused (official)
+    window_step: float = 0.5  # windows of N items, step = int(window_step·N)
+    positions: str = "start"  # "start": a window's first item gets p_0 (official); "end": the last column p_{N-1}
+    token_type_embedding: bool = True  # BERT's token-type vector added at every position (official modeling.py)
     use_position: bool = True
     use_ffn: bool = True
     use_layernorm: bool = True  # every LayerNorm: embedding, blocks and output head
     use_residual: bool = True
     head_norm: bool = True  # LayerNorm after GELU(h W^P + b^P) (official run.py; eq. 7 does not show it)
+    softmax_classes: str = "vocabulary"  # training softmax over "vocabulary" (n + 4 ids, official) or "items" (n)
+    layer_norm_eps: float = 1e-12  # TF's layer_norm, used by the official modeling.py and run.py
     init_std: float = 0.02
 
     def __post_init__(self):
+        check_encoder_fields(self)
+        if self.max_len < 2:
+            raise ValueError(f"max_len={self.max_len} must be >= 2 (at least one item and the [MASK])")
         if not 0.0 < self.mask_proportion <= 1.0:
-            raise ValueError(f"mask_proportion ρ must be in (0, 1], got {self.mask_proportion}")
-        if self.max_predictions < 1 or self.max_len < 2:
-            raise ValueError(f"max_predictions must be >= 1 and max_len >= 2, got {self.max_predictions}, "
-                             f"{self.max_len}")
-        if not 0.0 <= self.mask_token_prob <= 1.0 or not 0.0 < self.window_step <= 1.0:
-            raise ValueError(f"mask_token_prob must be in [0, 1] and window_step in (0, 1], got "
-                             f"{self.mask_token_prob}, {self.window_step}")
-        if self.dupe_factor < 0 or (self.dupe_factor == 0 and not self.mask_last):
-            raise ValueError("dupe_factor must be >= 0, and with dupe_factor = 0 mask_last must be on "
-                             "(otherwise there is nothing to train on)")
+            raise ValueError(f"mask_proportion={self.mask_proportion} must be in (0, 1]")
+        if self.max_predictions < 1:
+            raise ValueError(f"max_predictions={self.max_predictions} must be >= 1")
+        if not 0.0 <= self.mask_token_prob <= 1.0:
+            raise ValueError(f"mask_token_prob={self.mask_token_prob} must be in [0, 1]")
+        if self.dupe_factor < 0:
+            raise ValueError(f"dupe_factor={self.dupe_factor} must be >= 0")
+        if self.dupe_factor == 0 and not self.mask_last:
+            raise ValueError("mask_last=False must not come with dupe_factor=0 (nothing would be trained on)")
+        if not 0.0 < self.window_step <= 1.0 or int(self.window_step * self.max_len) < 1:
+            raise ValueError(f"window_step={self.window_step} must be in (0, 1] with int(window_step·max_len) >= 1 "
+                             f"(max_len={self.max_len})")
+        check_choice("positions", self.positions, POSITIONS)
+        check_choice("softmax_classes", self.softmax_classes, SOFTMAX_CLASSES)
 
 
 class BERT4Rec(NeuralRecommender):
@@ -75,16 +102,19 @@ class BERT4Rec(NeuralRecommender):
         super().__init__(n_users, n_items, config)
         self.mask_token = n_items + 1
         c = config
-        self.encoder = SequenceEncoder(EncoderConfig(
-            vocab_size=n_items + 2, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
-            ffn_inner=4 * c.hidden, activation="gelu", dropout=c.dropout,
-            attention_dropout=c.attention_dropout, causal=False, norm_first=False,
-            embedding_norm=True, use_position=c.use_position, use_ffn=c.use_ffn, use_layernorm=c.use_layernorm,
-            use_residual=c.use_residual, init_std=c.init_std))
+        vocabulary = n_items + 1 + (SPECIAL_TOKENS if c.softmax_classes == "vocabulary" else 1)  # + [MASK] at least
+        self.encoder = PackedSequenceEncoder(EncoderConfig(
+            vocab_size=vocabulary, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
+            ffn_inner=4 * c.hidden, activation="gelu", dropout=c.dropout, attention_dropout=c.attention_dropout,
+            causal=False, block="post-ln", positions=c.positions, embedding_norm=True,
+            token_type=c.token_type_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
+            use_layernorm=c.use_layernorm, use_residual=c.use_residual, layer_norm_eps=c.layer_norm_eps,
+            init_std=c.init_std))
         # Output layer (eq. 7): W^P, b^P, the head's LayerNorm, and b^O; E is the encoder's item embedding.
         self.projection = nn.Linear(c.hidden, c.hidden)
-        self.head_norm = nn.LayerNorm(c.hidden) if c.head_norm and c.use_layernorm else nn.Identity()
-        self.output_bias = nn.Parameter(torch.zeros(n_items + 1))  # b^O per item id (0 unused)
+        self.head_norm = (nn.LayerNorm(c.hidden, eps=c.layer_norm_eps) if c.head_norm and c.use_layernorm
+                          else nn.Identity())
+        self.output_bias = nn.Parameter(torch.zeros(vocabulary if c.softmax_classes == "vocabulary" else n_items + 1))
         nn.init.trunc_normal_(self.projection.weight, std=c.init_std, a=-2 * c.init_std, b=2 * c.init_std)
         nn.init.zeros_(self.projection.bias)
         self.windows: torch.Tensor | None = None  # training windows, set by training_examples
@@ -104,58 +134,105 @@ class BERT4Rec(NeuralRecommender):
         """GELU(h W^P + b^P), then the head's LayerNorm: the left factor of eq. 7."""
         return self.head_norm(gelu(self.projection(hidden)))
 
-    def item_embeddings(self) -> torch.Tensor:
-        """E restricted to the real items 1..n (no padding, no [MASK]): the classes of the softmax."""
-        return self.encoder.item_embedding.weight[1:self.n_items + 1]
+    def softmax_classes(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The training softmax's output embeddings, their biases, and the offset from an item id to its class:
+        every row of the vocabulary, or the real items 1..n only."""
+        E = self.encoder.item_embedding.weight
+        if self.config.softmax_classes == "vocabulary":
+            return E, self.output_bias, 0
+        return E[1:self.n_items + 1], self.output_bias[1:], 1
 
     # ------------------------------------------------------------------------------------------- training
     def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
-        """Every window (N items, step window_step·N), ``dupe_factor`` times for Cloze masking and once flagged
-        ``last`` for the last-item-only sample. Masks are drawn later, per batch. The windows are stored once
-        (``self.windows``) and an example is a window's row number, so that a copy costs 8 bytes, not N items
-        (ML-1m's 11 copies of 10,253 windows would otherwise hold 180 MB)."""
+        """Every window (N items, step int(window_step·N)), ``dupe_factor`` times for Cloze masking and once
+        flagged ``last`` for the last-item-only sample. The windows are stored once (``self.windows``) and an
+        example is a window's row number, so that a copy costs 8 bytes, not N items (ML-1m's 11 copies of
+        10,253 windows would otherwise hold 180 MB). Without ``fresh_masks`` each copy's masks are drawn here,
+        once, and kept as its masked columns and what they read (:meth:`fixed_masks`)."""
         c = self.config
-        rows, ends = sliding_windows(train, c.max_len, max(1, round(c.window_step * c.max_len)))
-        self.windows = torch.from_numpy(window_matrix(train, rows, ends, c.max_len)).to(self.device)
+        rows, ends = sliding_windows(train, c.max_len, int(c.window_step * c.max_len))
+        windows = torch.from_numpy(window_matrix(train, rows, ends, c.max_len))
+        self.windows = windows.to(self.device)
         copies = c.dupe_factor + int(c.mask_last)
-        last = torch.zeros(copies * len(self.windows), dtype=torch.bool)
+        last = torch.zeros(copies * len(windows), dtype=torch.bool)
         if c.mask_last:
-            last[-len(self.windows):] = True
-        return {"window": torch.arange(len(self.windows)).repeat(copies), "last": last}
+            last[-len(windows):] = True
+        examples = {"window": torch.arange(len(windows)).repeat(copies), "last": last}
+        if not c.fresh_masks:
+            examples.update(self.fixed_masks(windows, examples["window"], last))
+        return examples
+
+    def fixed_masks(self, windows: torch.Tensor, window: torch.Tensor, last: torch.Tensor,
+                    chunk: int = 8192) -> dict[str, torch.Tensor]:
+        """Masks drawn once for every example, as the official ``gen_data_fin.py`` writes its masked copies to a
+        file once: ``masked_columns`` (E, P) the masked columns of the N-column window, ascending, N where
+        unused; ``masked_tokens`` (E, P) what the input reads there ([MASK], or the item or a random one). Drawn
+        from a generator seeded by the global RNG, which the harness seeds per run."""
+        N, P = self.config.max_len, self.config.max_predictions if self.config.dupe_factor else 1
+        generator = torch.Generator().manual_seed(int(torch.randint(2 ** 62, ())))
+        columns, tokens = [], []
+        for i in range(0, len(window), chunk):
+            items, rows_last = windows[window[i:i + chunk]], last[i:i + chunk]
+            masked = self.draw_masks(items, rows_last, generator)
+            inputs = self.corrupt(items, masked, rows_last, generator)
+            where = torch.where(masked, torch.arange(N), N).sort(1).values[:, :P]
+            columns.append(where.to(torch.int16))
+            tokens.append(torch.cat([inputs, inputs[:, :1]], 1).gather(1, where).to(torch.int32))
+        return {"masked_columns": torch.cat(columns), "masked_tokens": torch.cat(tokens)}
+
+    def mask_counts(self, n: torch.Tensor) -> torch.Tensor:
+        """k = min(max_predictions, max(1, round(ρ·n))) for window lengths ``n``, with Python 2's ``round`` of
+        the official ``gen_data_fin.py``: ρ·n in double precision, halves rounded away from zero."""
+        x = n.double() * self.config.mask_proportion
+        whole = x.floor()
+        return (whole + (x - whole >= 0.5)).long().clamp(1, self.config.max_predictions)
 
     def draw_masks(self, items: torch.Tensor, last: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Which positions to predict, (B, T) bool: k = min(max_predictions, max(1, round(ρ·n))) positions drawn
-        uniformly without replacement among a window's n items, or only the last column for ``last`` rows."""
-        c = self.config
+        """Which positions to predict, (B, T) bool: :meth:`mask_counts` positions drawn uniformly without
+        replacement among a window's n items, or only the last column for ``last`` rows."""
         present = items != PAD
-        n = present.sum(1)
-        k = torch.clamp(torch.round(n * c.mask_proportion), min=1, max=c.max_predictions).long()
-        k = torch.where(last, torch.ones_like(k), k)
+        k = torch.where(last, 1, self.mask_counts(present.sum(1)))
         keys = torch.rand(items.shape, generator=generator, device=items.device)
         keys = keys.masked_fill(~present, 2.0)  # padding sorts last and is never drawn
         keys[:, -1] = torch.where(last, -1.0, keys[:, -1])  # the last item comes first for ``last`` rows
         rank = keys.argsort(1).argsort(1)  # exact ranks: exactly k positions per row, even with tied keys
         return rank < k[:, None]
 
-    def corrupt(self, items: torch.Tensor, masked: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def corrupt(self, items: torch.Tensor, masked: torch.Tensor, last: torch.Tensor,
+                generator: torch.Generator) -> torch.Tensor:
         """Inputs S'_u: masked positions become [MASK] with probability mask_token_prob, else (official code and
-        BERT) half of them keep their item and half get a uniformly random item."""
+        BERT) half of them keep their item and half get a uniformly random item. A last-item sample's item
+        always becomes [MASK] (the official ``create_masked_lm_predictions_force_last``)."""
         p = self.config.mask_token_prob
         if p == 1.0:
             return items.masked_fill(masked, self.mask_token)
-        draw = torch.rand(items.shape, generator=generator, device=items.device)
+        draw = torch.rand(items.shape, generator=generator, device=items.device).masked_fill_(last[:, None], -1.0)
         random_items = torch.randint(1, self.n_items + 1, items.shape, generator=generator, device=items.device)
         out = torch.where(masked & (draw < p), self.mask_token, items)
         return torch.where(masked & (draw >= p + (1 - p) / 2), random_items, out)
 
+    def masked_inputs(self, batch, generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A batch's windows (B, T), the positions to predict (B, T) and the corrupted inputs S'_u (B, T), with
+        the all-padding columns trimmed off."""
+        items = self.windows[batch["window"]]
+        if "masked_columns" not in batch:  # fresh masks, drawn on the trimmed batch
+            (items,) = trim_padding(items)
+            masked = self.draw_masks(items, batch["last"], generator)
+            return items, masked, self.corrupt(items, masked, batch["last"], generator)
+        columns = batch["masked_columns"].long()  # N: none
+        spare = items.new_zeros(len(items), 1)
+        masked = torch.zeros(items.shape[0], items.shape[1] + 1, dtype=torch.bool, device=items.device)
+        masked = masked.scatter_(1, columns, True)[:, :-1]
+        inputs = torch.cat([items, spare], 1).scatter_(1, columns, batch["masked_tokens"].long())[:, :-1]
+        return trim_padding(items, masked, inputs)
+
     def loss(self, batch, generator):
         """Eq. 8: mean −log P of the masked items; logits only at masked positions."""
-        items, = trim_padding(self.windows[batch["window"]])
-        masked = self.draw_masks(items, batch["last"], generator)
-        hidden, _ = self.encoder(self.corrupt(items, masked, generator))  # rows of the non-padding positions
-        # Eq. 7 only at the masked positions; the softmax over all items is taken chunk by chunk.
-        return softmax_cross_entropy(self.transform(hidden[masked[items != PAD]]), self.item_embeddings(),
-                                     items[masked] - 1, self.output_bias[1:])
+        items, masked, inputs = self.masked_inputs(batch, generator)
+        hidden, _ = self.encoder(inputs)  # rows of the non-padding positions
+        # Eq. 7 only at the masked positions; the softmax over all classes is taken chunk by chunk.
+        weight, bias, offset = self.softmax_classes()
+        return softmax_cross_entropy(self.transform(hidden[masked[items != PAD]]), weight, items[masked] - offset, bias)
 
     # ------------------------------------------------------------------------------------------- inference
     def append_mask(self, histories: torch.Tensor) -> torch.Tensor:
@@ -170,7 +247,7 @@ class BERT4Rec(NeuralRecommender):
         h = self.transform(hidden)  # the [MASK] position
         if candidates is None:
             E = self.encoder.item_embedding.weight[:self.n_items + 1]
-            return h @ E.T + self.output_bias
+            return h @ E.T + self.output_bias[:self.n_items + 1]
         E = self.encoder.item_embedding(candidates)
         return (E @ h[:, :, None]).squeeze(-1) + self.output_bias[candidates]
 

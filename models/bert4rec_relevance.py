@@ -1,9 +1,12 @@
 """BERT4Rec for relevance prediction, as the second source describes it (``paper.md``, "Two tasks", task 2): "L
 Transformer layers, mean pooling over hidden vectors, then a BCE head against the candidate".
 
-- Encoder: BERT4Rec's (§3.3–3.4 of Sun et al. 2019, :class:`models.transformer.SequenceEncoder`): item plus
-  learnable positional embedding, L bidirectional post-LN blocks with GELU. No [MASK] token: nothing is predicted
-  at a position, the whole history is read.
+- Encoder: BERT4Rec's (§3.3–3.4 of Sun et al. 2019, :mod:`models.transformer`): item plus learnable positional
+  embedding, L bidirectional post-LN blocks with GELU. No [MASK] token: nothing is predicted at a position, the
+  whole history is read. There is no authors' code for this model, and its encoder keeps the choices it was
+  measured with (``results/reference/relevance-ml1m.json``) rather than those of BERT4Rec's official code:
+  positions counted from the right end (the last column gets p_{N−1}), no token-type vector, PyTorch's
+  LayerNorm ε 1e-5.
 - Pooling: ū = Σ_t m_t h^L_t / Σ_t m_t over the non-padding positions (m_t = 1), the "mean pooling over hidden
   vectors".
 - Head against the candidate c: BERT4Rec's own output layer (eq. 7) with its softmax over all items replaced by a
@@ -31,7 +34,8 @@ from models.base import NeuralRecommender
 from models.bert4rec import BERT4Rec
 from models.relevance import RelevanceModel
 from models.sampling import InteractionSet
-from models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, trim_padding, window_matrix
+from models.transformer import EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
+from models.transformer_fast import PackedSequenceEncoder, trim_padding
 
 
 @dataclass
@@ -45,12 +49,14 @@ class BERT4RecRelevanceConfig:
     negatives: int = 1  # k sampled negative candidates per positive
     window_step: float = 0.5  # training windows of N + 1 items, step = window_step·N
     init_std: float = 0.02  # truncated normal
+    layer_norm_eps: float = 1e-5  # PyTorch's default, as measured (BERT4Rec's official code: 1e-12)
 
     def __post_init__(self):
-        if self.negatives < 1 or self.max_len < 1:
-            raise ValueError(f"negatives and max_len must be >= 1, got {self.negatives} and {self.max_len}")
+        check_encoder_fields(self)
+        if self.negatives < 1:
+            raise ValueError(f"negatives={self.negatives} must be >= 1")
         if not 0.0 < self.window_step <= 1.0:
-            raise ValueError(f"window_step must be in (0, 1], got {self.window_step}")
+            raise ValueError(f"window_step={self.window_step} must be in (0, 1]")
 
 
 class BERT4RecRelevance(RelevanceModel, NeuralRecommender):
@@ -60,13 +66,14 @@ class BERT4RecRelevance(RelevanceModel, NeuralRecommender):
     def __init__(self, n_users: int, n_items: int, config: BERT4RecRelevanceConfig):
         super().__init__(n_users, n_items, config)
         c = config
-        self.encoder = SequenceEncoder(EncoderConfig(
+        self.encoder = PackedSequenceEncoder(EncoderConfig(
             vocab_size=n_items + 1, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
             ffn_inner=4 * c.hidden, activation="gelu", dropout=c.dropout, attention_dropout=c.attention_dropout,
-            causal=False, norm_first=False, embedding_norm=True, init_std=c.init_std))
+            causal=False, block="post-ln", positions="end", embedding_norm=True, layer_norm_eps=c.layer_norm_eps,
+            init_std=c.init_std))
         # The head: W^P, b^P, the LayerNorm after the GELU (BERT4Rec's official run.py) and b^O.
         self.projection = nn.Linear(c.hidden, c.hidden)
-        self.head_norm = nn.LayerNorm(c.hidden)
+        self.head_norm = nn.LayerNorm(c.hidden, eps=c.layer_norm_eps)
         self.output_bias = nn.Parameter(torch.zeros(n_items + 1))
         nn.init.trunc_normal_(self.projection.weight, std=c.init_std, a=-2 * c.init_std, b=2 * c.init_std)
         nn.init.zeros_(self.projection.bias)

@@ -1,23 +1,38 @@
 """SASRec (Kang & McAuley, "Self-Attentive Sequential Recommendation", ICDM 2018) and SASRec-CE.
 
-SASRec, following the paper's sections:
+SASRec, following the paper's sections, with the authors' TF code (kang205/SASRec: ``model.py``, ``modules.py``)
+where the paper is silent; under ``--profile paper`` the network is built as that code builds it:
 - §III-A Embedding layer: the last n items of the sequence, left-padded with 0; Ê_i = M_{s_i} + P_i (eq. 1),
-  then dropout.
-- §III-B Self-attention block: S = SA(Ê) = Attention(ÊW^Q, ÊW^K, ÊW^V) with causal masking, so position t
-  never sees a later item (eq. 2–3); point-wise FFN_i = ReLU(S_i W⁽¹⁾ + b⁽¹⁾) W⁽²⁾ + b⁽²⁾ (eq. 4).
-- §III-C Stacking b blocks (eq. 5), each sub-layer wrapped as g(x) = x + Dropout(g(LayerNorm(x))) (pre-LN).
-- §III-D Prediction layer with the shared item embedding M: r_{i,t} = F_t⁽ᵇ⁾ · M_i.
+  the official code multiplying M_{s_i} by √d first (``scale_embedding``), then dropout. The last column gets
+  P_{n-1} whatever the padding (the official code's fixed left padding: ``positions="end"`` of
+  :mod:`models.transformer`).
+- §III-B/C Self-attention blocks (``block``): ``"official"`` as the official code: the attention's queries are
+  LayerNorm-ed and its keys and values are not, the residual comes from the normalised queries, there is no
+  output projection W^O and no dropout on the attention output, the point-wise FFN
+  ReLU(S W⁽¹⁾ + b⁽¹⁾) W⁽²⁾ + b⁽²⁾ (eq. 4) is dropped out after both of its layers ("convolutions"), and a final
+  LayerNorm follows the last block; ``"pre-ln"``: the paper's eq. as a textbook pre-LN block,
+  g(x) = x + Dropout(g(LayerNorm(x))) with W^O; ``"post-ln"``: x ← LN(x + Dropout(g(x))). Causal attention, so
+  position t never sees a later item (eq. 2–3).
+- §III-D Prediction layer with the shared item embedding M (without the √d): r_{i,t} = F_t⁽ᵇ⁾ · M_i.
 - §III-E Training: at every non-padding position t, the target o_t is the next item and one negative j ∉ S^u
-  is drawn per position: −Σ_t [log σ(r_{o_t,t}) + log(1 − σ(r_{j,t}))].
+  is drawn per position: −Σ_t [log σ(r_{o_t,t}) + log(1 − σ(r_{j,t}))], averaged over the positions.
+- Initialisation (``init``): ``"xavier"``, TF's default glorot_uniform for every embedding and weight matrix
+  (each of W^Q, W^K, W^V as its own d × d matrix), biases 0, as the official code; ``"truncated_normal"``:
+  BERT4Rec's, std ``init_std``. LayerNorm ε (``layer_norm_eps``): the official code's 1e-8.
 - Inference: the user's score for item i is r_{i,n} at the last position.
 
-SASRec-CE (``sasrec-ce``; Klenitskiy & Vasilev, "Turning Dross Into Gold Loss: is BERT4Rec really better than
-SASRec?", RecSys 2023): the same network, trained with the full softmax over all items at every non-padding
-position, −Σ_t log softmax_i(r_{i,t})[o_t], instead of one sampled negative.
+Padding: the official code zeroes padding rows and masks keys whose rows are zero; here padding keys are masked
+and padding rows are not computed at all, which gives the real positions the same values (the official code's
+query masking touches only padding rows, whose outputs are never used).
 
-The blocks are :class:`models.transformer.SequenceEncoder` (causal, pre-LN, ReLU, FFN inner size d) with the
-ablation switches of ``EncoderConfig``. Weight init is BERT4Rec's truncated normal (std 0.02) so that both
-attention models start alike.
+SASRec-CE (``sasrec-ce``; Klenitskiy & Vasilev, "Turning Dross Into Gold Loss: is BERT4Rec really better than
+SASRec?", RecSys 2023): the same network, switches and paper-profile choices (the official SASRec block), trained
+with the full softmax over all items at every non-padding position, −Σ_t log softmax_i(r_{i,t})[o_t], instead of
+one sampled negative, so that the loss is the only difference from SASRec.
+
+The encoder is :class:`models.transformer_fast.PackedSequenceEncoder` (causal, ReLU, FFN inner size d) with the
+ablation switches of ``EncoderConfig``. The remaining differences from the official code and their measured
+effects are listed in ``models/fidelity.md``.
 """
 from __future__ import annotations
 
@@ -29,8 +44,12 @@ import torch.nn.functional as F
 from datasets.sequences import PAD, Histories
 from models.base import NeuralRecommender
 from models.sampling import InteractionSet, uniform_negatives
-from models.transformer import (EncoderConfig, SequenceEncoder, sliding_windows, softmax_cross_entropy, trim_padding,
+from models.transformer import (INITS, EncoderConfig, check_choice, check_encoder_fields, sliding_windows,
                                 window_matrix)
+from models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy, trim_padding
+
+
+SASREC_BLOCKS = {"official": "sasrec", "pre-ln": "pre-ln", "post-ln": "post-ln"}  # our name → the encoder's
 
 
 @dataclass
@@ -41,17 +60,23 @@ class SASRecConfig:
     heads: int = 1
     dropout: float = 0.2  # embeddings and sub-layer outputs
     attention_dropout: float = 0.2  # attention probabilities (the official code uses the same rate)
-    norm_first: bool = True  # pre-LN as in the SASRec paper; False: post-LN
+    block: str = "official"  # "official" (kang205/SASRec), "pre-ln" (the paper's textbook block) or "post-ln"
+    scale_embedding: bool = True  # M_{s_i}·√d before adding P_i (official code)
     use_position: bool = True
     use_ffn: bool = True
     use_layernorm: bool = True
     use_residual: bool = True
     window_step: float = 0.0  # > 0: also train on earlier windows of long sequences, step = window_step·max_len
-    init_std: float = 0.02
+    init: str = "xavier"  # "xavier" (official: TF's glorot_uniform) or "truncated_normal" (std init_std)
+    init_std: float = 0.02  # used by init = "truncated_normal"
+    layer_norm_eps: float = 1e-8  # official code: normalize(epsilon=1e-8)
 
     def __post_init__(self):
+        check_encoder_fields(self)
+        check_choice("block", self.block, tuple(SASREC_BLOCKS))
+        check_choice("init", self.init, INITS)
         if not 0.0 <= self.window_step <= 1.0:
-            raise ValueError(f"window_step must be in [0, 1] (a fraction of max_len), got {self.window_step}")
+            raise ValueError(f"window_step={self.window_step} must be in [0, 1] (a fraction of max_len)")
 
 
 class SASRec(NeuralRecommender):
@@ -60,13 +85,14 @@ class SASRec(NeuralRecommender):
 
     def __init__(self, n_users: int, n_items: int, config: SASRecConfig):
         super().__init__(n_users, n_items, config)
-        self.encoder = SequenceEncoder(EncoderConfig(
-            vocab_size=n_items + 1, max_len=config.max_len, hidden=config.hidden, layers=config.layers,
-            heads=config.heads, ffn_inner=config.hidden, activation="relu", dropout=config.dropout,
-            attention_dropout=config.attention_dropout, causal=True,
-            norm_first=config.norm_first, embedding_norm=False, use_position=config.use_position,
-            use_ffn=config.use_ffn, use_layernorm=config.use_layernorm, use_residual=config.use_residual,
-            init_std=config.init_std))
+        c = config
+        self.encoder = PackedSequenceEncoder(EncoderConfig(
+            vocab_size=n_items + 1, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
+            ffn_inner=c.hidden, activation="relu", dropout=c.dropout, attention_dropout=c.attention_dropout,
+            causal=True, block=SASREC_BLOCKS[c.block], positions="end", embedding_norm=False,
+            scale_embedding=c.scale_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
+            use_layernorm=c.use_layernorm, use_residual=c.use_residual, layer_norm_eps=c.layer_norm_eps,
+            init=c.init, init_std=c.init_std))
         self.seen: InteractionSet | None = None
 
     @property

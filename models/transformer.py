@@ -1,26 +1,38 @@
-"""The Transformer encoder shared by SASRec and BERT4Rec, with the switches of BERT4Rec's ablation (Table 5).
+"""The Transformer encoder of SASRec and BERT4Rec in plain (B, T, d) form: the equations, each written once.
 
-Notation of the BERT4Rec paper (§3.3–3.4); SASRec (Kang & McAuley 2018, §III-B/C) is the same block with causal
-attention, ReLU and pre-LN.
+Notation of the BERT4Rec paper (§3.3–3.4); SASRec (Kang & McAuley 2018, §III-A–C) is the same encoder with causal
+attention and ReLU. Item ids (B, T) are left-padded with 0; a real position is a non-zero id.
 
-    h⁰_i = Dropout(LN(E[v_i] + P[i]))                            embedding layer (eq. 6; LN: official code)
-    MH(H) = [head_1; …; head_h] W^O,  head_i = Attention(H W_i^Q, H W_i^K, H W_i^V)               (eq. 1)
-    Attention(Q, K, V) = softmax(Q Kᵀ / √(d/h) + M) V                                             (eq. 2)
-        M = −∞ at padding keys, and at later keys when causal (SASRec's "no look-ahead" mask)
-    PFFN(H) = act(H W⁽¹⁾ + b⁽¹⁾) W⁽²⁾ + b⁽²⁾, act = GELU (eq. 3) or ReLU (SASRec eq. 4)
-    post-LN (BERT4Rec eq. 5):   x ← LN(x + Dropout(sublayer(x)))
-    pre-LN  (SASRec eq. 5):     x ← x + Dropout(sublayer(LN(x))), plus a final LN after the last block
+Embedding layer (BERT4Rec eq. 6; SASRec eq. 1):
+    h⁰_t = Dropout(LN(s·E[v_t] + P[p_t] + τ))
+        s = √d with ``scale_embedding`` (SASRec's official code), else 1
+        τ  BERT's token-type vector, the same at every position (``token_type``; BERT4Rec's official code)
+        LN only with ``embedding_norm`` (BERT4Rec's official code; SASRec has none)
+        p_t with ``positions="start"``: 0 for the sequence's first item, 1 for the next, … (BERT4Rec's official
+            code, which pads on the right); ``positions="end"``: the last of the batch's T columns gets
+            P[max_len − 1], column t gets P[max_len − T + t] (SASRec's official code, which pads on the left)
+Multi-head attention (eq. 1–2), queries Q attending over keys K:
+    MH(Q, K) = [head_1; …; head_h] W^O,  head_i = softmax((Q W_i^Q)(K W_i^K)ᵀ / √(d/h) + M) (K W_i^V)
+        M = −∞ at padding keys, and at later keys when ``causal`` (SASRec's "no look-ahead" mask); each position
+        always sees itself. SASRec's official block has no W^O.
+Point-wise feed-forward network (BERT4Rec eq. 3; SASRec eq. 4):
+    PFFN(H) = act(H W⁽¹⁾ + b⁽¹⁾) W⁽²⁾ + b⁽²⁾, act = GELU (BERT4Rec) or ReLU (SASRec); SASRec's official block
+    drops out act(·) as well
+Blocks (``block``), each followed by the next:
+    "post-ln"  BERT4Rec eq. 5 and BERT:       H ← LN(H + Dropout(MH(H, H)));  H ← LN(H + Dropout(PFFN(H)))
+    "pre-ln"   the SASRec paper's §III-C:    H ← H + Dropout(MH(LN H, LN H)); H ← H + Dropout(PFFN(LN H))
+    "sasrec"   kang205/SASRec (model.py, modules.py): queries normalised, keys and values not, the residual
+               taken from the normalised queries, no dropout on the attention output:
+                   Q = LN H;  H ← Q + MH(Q, H);  G = LN H;  H ← G + Dropout(PFFN(G))
+    "pre-ln" and "sasrec" end with a final LN after the last block.
 
-Switches (``EncoderConfig``): ``use_position`` (w/o PE), ``use_ffn`` (w/o PFFN), ``use_layernorm`` (w/o LN:
-every LayerNorm of the encoder), ``use_residual`` (w/o RC), ``dropout = attention_dropout = 0``
+Ablation switches (BERT4Rec Table 5): ``use_position`` (w/o PE), ``use_ffn`` (w/o PFFN), ``use_layernorm``
+(w/o LN: every LayerNorm of the encoder), ``use_residual`` (w/o RC), ``dropout = attention_dropout = 0``
 (w/o Dropout), ``layers``, ``heads``.
 
-Sequences are *left*-padded with item 0 so the most recent item sits in the last column, and positions are
-counted from the right end: column ``j`` of a ``T``-column batch gets ``P[max_len − T + j]``. Trimming all-padding
-columns off the left of a batch (:func:`trim_padding`) therefore never changes a result, only saves work.
-Padding positions are never computed at all: the point-wise parts (embeddings, projections, PFFN, LayerNorm,
-dropout) run on the real positions packed into (N, d) rows (:class:`Layout`); only the attention scores use
-the padded (B, T) layout, where padding is a masked key.
+This module is the reference. Training and scoring run :class:`models.transformer_fast.PackedSequenceEncoder`,
+the same parameters computed on the real positions only, which a test holds to these equations' outputs and
+gradients. Also here: the training windows both models cut from long histories.
 """
 from __future__ import annotations
 
@@ -31,12 +43,35 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from datasets.sequences import PAD, Histories
 
+ACTIVATIONS = ("gelu", "relu")
+BLOCKS = ("post-ln", "pre-ln", "sasrec")
+POSITIONS = ("start", "end")
+INITS = ("truncated_normal", "xavier")
 
-_ATTENTION_SLICE_FLOATS = 1 << 21  # attention weights per recomputed slice in CPU training (8 MB)
+
+def check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} must be one of {', '.join(map(repr, choices))}")
+
+
+def check_encoder_fields(config) -> None:
+    """Range checks of the encoder fields a model's Config shares (``hidden``, ``layers``, ``heads``,
+    ``max_len``, the dropouts, ``init_std``, ``layer_norm_eps``), for its ``__post_init__``."""
+    for name in ("hidden", "layers", "heads", "max_len"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name}={getattr(config, name)} must be >= 1")
+    if config.hidden % config.heads:
+        raise ValueError(f"heads={config.heads} must divide hidden={config.hidden}")
+    for name in ("dropout", "attention_dropout"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name}={getattr(config, name)} must be in [0, 1)")
+    if not config.init_std > 0:
+        raise ValueError(f"init_std={config.init_std} must be > 0")
+    if not config.layer_norm_eps > 0:
+        raise ValueError(f"layer_norm_eps={config.layer_norm_eps} must be > 0")
 
 
 @dataclass(frozen=True)
@@ -48,128 +83,86 @@ class EncoderConfig:
     heads: int = 2  # h
     ffn_inner: int = 256  # inner size of PFFN: 4d in BERT4Rec, d in SASRec
     activation: str = "gelu"  # "gelu" (BERT4Rec) or "relu" (SASRec)
-    dropout: float = 0.1  # on the embeddings and every sub-layer output ("hidden dropout")
+    dropout: float = 0.1  # on the embeddings and sub-layer outputs ("hidden dropout")
     attention_dropout: float = 0.1  # on the attention probabilities
     causal: bool = False  # True: position t attends only to positions <= t (SASRec)
-    norm_first: bool = False  # pre-LN (SASRec) instead of post-LN (BERT4Rec)
-    embedding_norm: bool = True  # LN after E[v] + P (BERT4Rec's official code; SASRec has none)
+    block: str = "post-ln"  # "post-ln" (BERT4Rec), "pre-ln" (SASRec paper) or "sasrec" (SASRec's official code)
+    positions: str = "end"  # which position P[0] is: "start" = the first item, "end" = N columns before the last
+    embedding_norm: bool = True  # LN after the embedding sum (BERT4Rec's official code; SASRec has none)
+    scale_embedding: bool = False  # E[v]·√d (SASRec's official code)
+    token_type: bool = False  # BERT's token-type vector τ added at every position (BERT4Rec's official code)
     use_position: bool = True
     use_ffn: bool = True
     use_layernorm: bool = True
     use_residual: bool = True
-    init_std: float = 0.02  # truncated normal, cut at two standard deviations (BERT4Rec's initializer)
+    layer_norm_eps: float = 1e-5
+    init: str = "truncated_normal"  # "truncated_normal" (std init_std, cut at 2σ: BERT) or "xavier" (TF's glorot_uniform)
+    init_std: float = 0.02
 
     def __post_init__(self):
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden size {self.hidden} is not divisible by heads {self.heads}; "
-                             f"choose heads among the divisors of hidden")
-        if self.activation not in ("gelu", "relu"):
-            raise ValueError(f"activation must be 'gelu' or 'relu', got {self.activation!r}")
-        if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.attention_dropout < 1.0):
-            raise ValueError(f"dropout and attention_dropout must be in [0, 1), got {self.dropout} and "
-                             f"{self.attention_dropout}")
-        if self.layers < 1 or self.max_len < 1:
-            raise ValueError(f"layers and max_len must be >= 1, got {self.layers} and {self.max_len}")
+        for name, choices in (("activation", ACTIVATIONS), ("block", BLOCKS), ("positions", POSITIONS),
+                              ("init", INITS)):
+            check_choice(name, getattr(self, name), choices)
 
 
 def layer_norm(config: EncoderConfig) -> nn.Module:
-    return nn.LayerNorm(config.hidden) if config.use_layernorm else nn.Identity()
+    return nn.LayerNorm(config.hidden, eps=config.layer_norm_eps) if config.use_layernorm else nn.Identity()
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where the packed (N, ·) rows of a batch's real positions sit in its padded (B, T) layout."""
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, T, d) → (B, h, T, d/h)."""
+    return x.unflatten(-1, (heads, -1)).transpose(1, 2)
 
-    index: torch.Tensor  # (N,) flat position b·T + t of each packed row, in row-major order
-    shape: tuple[int, int]  # (B, T)
-    mask: torch.Tensor  # (B, 1, T, T) additive attention mask M
-    last: torch.Tensor  # (B,) packed row of each sequence's last position
 
-    @property
-    def full(self) -> bool:
-        return len(self.index) == self.shape[0] * self.shape[1]
-
-    def pad(self, packed: torch.Tensor) -> torch.Tensor:
-        """(N, k) → (B, T, k), zeros at padding."""
-        B, T = self.shape
-        if self.full:
-            return packed.view(B, T, -1)
-        return packed.new_zeros(B * T, packed.shape[-1]).index_copy_(0, self.index, packed).view(B, T, -1)
-
-    def pack(self, padded: torch.Tensor) -> torch.Tensor:
-        """(B, T, k) → (N, k)."""
-        return padded.flatten(0, 1) if self.full else padded.flatten(0, 1).index_select(0, self.index)
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, h, T, d/h) → (B, T, d): [head_1; …; head_h]."""
+    return x.transpose(1, 2).flatten(2)
 
 
 class MultiHeadAttention(nn.Module):
-    """MH(H) of eq. 1–2 through ``scaled_dot_product_attention``; the weights are computed explicitly only
-    when asked for (heat maps)."""
+    """MH(Q, K) of eq. 1–2."""
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
-        self.heads, self.dropout = config.heads, config.attention_dropout
-        self.qkv = nn.Linear(config.hidden, 3 * config.hidden)  # W^Q, W^K, W^V of all heads in one matmul
-        self.out = nn.Linear(config.hidden, config.hidden)  # W^O
+        self.heads = config.heads
+        self.dropout = nn.Dropout(config.attention_dropout)
+        self.qkv = nn.Linear(config.hidden, 3 * config.hidden)  # W^Q, W^K, W^V of all heads, stacked
+        self.out = nn.Linear(config.hidden, config.hidden) if config.block != "sasrec" else None  # W^O
 
-    def forward(self, x: torch.Tensor, layout: Layout, need_weights: bool = False,
-                last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Packed (N, d) inputs → packed (N, d) outputs, or (B, d) for each sequence's last position only (every
-        position is still a key)."""
-        q, k, v = layout.pad(self.qkv(x)).chunk(3, dim=-1)
-        mask = layout.mask
-        if last_only:
-            q, mask = q[:, -1:], mask[:, :, -1:]
-        q, k, v = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, h, T, d/h)
-        weights = None
-        if need_weights:
-            weights = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + mask).softmax(-1)
-            heads = F.dropout(weights, self.dropout, self.training) @ v
-        elif self.training and self.dropout > 0 and q.device.type == "cpu" and torch.is_grad_enabled():
-            heads = self._recomputed_attention(q, k, v, mask)
-        else:
-            heads = self._attend(q, k, v, mask)
-        heads = heads.transpose(1, 2).flatten(2)  # (B, Tq, d): [head_1; …; head_h]
-        return self.out(heads[:, -1] if last_only else layout.pack(heads)), weights
+    def project(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q W^Q, K W^K and K W^V (biases included)."""
+        if queries is keys:
+            return self.qkv(queries).chunk(3, dim=-1)
+        d = queries.shape[-1]
+        w, b = self.qkv.weight, self.qkv.bias
+        return (F.linear(queries, w[:d], b[:d]), *F.linear(keys, w[d:], b[d:]).chunk(2, dim=-1))
 
-    def _attend(self, q, k, v, mask):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype),
-                                              dropout_p=self.dropout if self.training else 0.0)
-
-    def _recomputed_attention(self, q, k, v, mask):
-        """Eq. 2 with attention dropout, for CPU training. PyTorch's fused CPU kernel has no dropout, so the
-        fallback keeps the (B, h, T, T) weights, the dropout mask and the dropped weights of every layer until
-        the backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here each slice of the batch is
-        recomputed in the backward pass instead (with the same dropout mask: the RNG state is replayed), so only
-        q, k, v are kept and one slice's weights exist at a time; the price is a second forward of eq. 2."""
-        rows = max(1, _ATTENTION_SLICE_FLOATS // (q.shape[1] * q.shape[2] * k.shape[2]))
-        return torch.cat([checkpoint(self._attend, q[i:i + rows], k[i:i + rows], v[i:i + rows],
-                                     mask[i:i + rows], use_reentrant=False)
-                          for i in range(0, len(q), rows)])
-
-
-def gelu(x: torch.Tensor) -> torch.Tensor:
-    """Exact (erf) GELU. On a contiguous CPU float matrix PyTorch calls oneDNN, which compiles and caches one
-    kernel per shape; packed rows have a new shape every batch, so that cache grows by gigabytes over a run.
-    A transposed view takes ATen's own kernel instead, forward and backward: same values, nothing cached."""
-    return F.gelu(x.mT).mT if x.device.type == "cpu" and x.ndim == 2 else F.gelu(x)
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, Tq, d) queries over (B, T, d) keys with the additive mask M (B, 1, Tq, T): the (B, Tq, d) output
+        and the attention weights (B, h, Tq, T)."""
+        q, k, v = (split_heads(t, self.heads) for t in self.project(queries, keys))
+        weights = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + mask).softmax(-1)  # eq. 2
+        heads = merge_heads(self.dropout(weights) @ v)
+        return (heads if self.out is None else self.out(heads)), weights
 
 
 class FeedForward(nn.Module):
-    """PFFN(H) = act(H W⁽¹⁾ + b⁽¹⁾) W⁽²⁾ + b⁽²⁾ (eq. 3)."""
+    """PFFN(H) = act(H W⁽¹⁾ + b⁽¹⁾) W⁽²⁾ + b⁽²⁾ (eq. 3), act(·) dropped out in SASRec's official block."""
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.inner = nn.Linear(config.hidden, config.ffn_inner)
-        self.act = gelu if config.activation == "gelu" else F.relu
+        self.act = F.gelu if config.activation == "gelu" else F.relu
+        self.inner_dropout = nn.Dropout(config.dropout) if config.block == "sasrec" else nn.Identity()
         self.outer = nn.Linear(config.ffn_inner, config.hidden)
 
-    def forward(self, x):
-        return self.outer(self.act(self.inner(x)))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.outer(self.inner_dropout(self.act(self.inner(x))))
 
 
 class TransformerBlock(nn.Module):
-    """One layer: attention sub-layer, then (unless ``use_ffn`` is off) the PFFN sub-layer, each wrapped in
-    residual + dropout + LayerNorm in post-LN or pre-LN order."""
+    """One layer: the attention sub-layer, then (unless ``use_ffn`` is off) PFFN, wired as ``config.block``."""
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
@@ -180,21 +173,30 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = layer_norm(config) if config.use_ffn else None
         self.drop = nn.Dropout(config.dropout)
 
-    def _residual(self, x: torch.Tensor, sublayer_out: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-        out = x + self.drop(sublayer_out) if self.config.use_residual else self.drop(sublayer_out)
-        return out if self.config.norm_first else norm(out)
+    def residual(self, x: torch.Tensor, sublayer_out: torch.Tensor) -> torch.Tensor:
+        return x + sublayer_out if self.config.use_residual else sublayer_out
 
-    def forward(self, x: torch.Tensor, layout: Layout, need_weights: bool = False,
-                last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Packed (N, d) → (N, d); ``last_only``: only each sequence's last position, (B, d), which is all
-        inference needs from the final layer."""
-        pre = self.config.norm_first
-        attended, weights = self.attention(self.attention_norm(x) if pre else x, layout, need_weights, last_only)
-        if last_only:
-            x = x[layout.last]
-        x = self._residual(x, attended, self.attention_norm)
-        if self.ffn is not None:
-            x = self._residual(x, self.ffn(self.ffn_norm(x) if pre else x), self.ffn_norm)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, d) → (B, T, d), and the attention weights (B, h, T, T)."""
+        block = self.config.block
+        if block == "post-ln":
+            attended, weights = self.attention(x, x, mask)
+            x = self.attention_norm(self.residual(x, self.drop(attended)))
+            if self.ffn is not None:
+                x = self.ffn_norm(self.residual(x, self.drop(self.ffn(x))))
+        elif block == "pre-ln":
+            h = self.attention_norm(x)
+            attended, weights = self.attention(h, h, mask)
+            x = self.residual(x, self.drop(attended))
+            if self.ffn is not None:
+                x = self.residual(x, self.drop(self.ffn(self.ffn_norm(x))))
+        else:  # "sasrec"
+            q = self.attention_norm(x)
+            attended, weights = self.attention(q, x, mask)
+            x = self.residual(q, attended)
+            if self.ffn is not None:
+                g = self.ffn_norm(x)
+                x = self.residual(g, self.drop(self.ffn(g)))
         return x, weights
 
 
@@ -206,21 +208,52 @@ class SequenceEncoder(nn.Module):
         self.config = config
         self.item_embedding = nn.Embedding(config.vocab_size, config.hidden, padding_idx=PAD)  # E
         self.position_embedding = nn.Embedding(config.max_len, config.hidden) if config.use_position else None
+        self.token_type = nn.Parameter(torch.empty(1, config.hidden)) if config.token_type else None  # τ
+        self.embedding_scale = math.sqrt(config.hidden) if config.scale_embedding else 1.0
         self.embedding_norm = layer_norm(config) if config.embedding_norm else nn.Identity()
         self.embedding_dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.layers))
-        self.final_norm = layer_norm(config) if config.norm_first else nn.Identity()
+        self.final_norm = layer_norm(config) if config.block != "post-ln" else nn.Identity()
         self.apply(self._init)
+        if self.token_type is not None:
+            self._init_matrix(self.token_type)
+
+    # ------------------------------------------------------------------------------------------ initialisation
+    def _init_matrix(self, weight: torch.Tensor) -> None:
+        if self.config.init == "xavier":
+            nn.init.xavier_uniform_(weight)
+        else:
+            std = self.config.init_std
+            nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
 
     def _init(self, module: nn.Module) -> None:
-        std = self.config.init_std
+        """Every weight matrix and embedding by ``config.init``, biases 0, the padding row 0, LayerNorm (1, 0)."""
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
+            self._init_matrix(module.weight)
         if isinstance(module, nn.Linear):
             nn.init.zeros_(module.bias)
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
             with torch.no_grad():
                 module.weight[module.padding_idx].zero_()
+        if isinstance(module, MultiHeadAttention) and self.config.init == "xavier":
+            for projection in module.qkv.weight.view(3, self.config.hidden, self.config.hidden):
+                nn.init.xavier_uniform_(projection)  # W^Q, W^K, W^V: each its own d × d matrix, as the official code
+
+    # ---------------------------------------------------------------------------------------------- layout
+    def real_positions(self, items: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """(B, T) bool: the non-padding positions, plus the last column when ``last_only`` (computed even where
+        it is padding)."""
+        present = items != PAD
+        if last_only:
+            present[:, -1] = True
+        return present
+
+    def position_ids(self, present: torch.Tensor) -> torch.Tensor:
+        """(B, T) index p_t into P for every column (padding columns: 0 or whatever, never used)."""
+        if self.config.positions == "start":
+            return (present.cumsum(1) - 1).clamp_(min=0)
+        T = present.shape[1]
+        return torch.arange(self.config.max_len - T, self.config.max_len, device=present.device).expand_as(present)
 
     def attention_mask(self, present: torch.Tensor) -> torch.Tensor:
         """Additive (B, 1, T, T) mask M of eq. 2: 0 where a query may attend, −∞ elsewhere. Each position always
@@ -231,82 +264,45 @@ class SequenceEncoder(nn.Module):
             allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=present.device).tril()
         return torch.zeros(allowed.shape, device=present.device).masked_fill_(~allowed, float("-inf"))
 
-    def forward(self, items: torch.Tensor, need_weights: bool = False,
-                last_only: bool = False) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """Last-layer hidden states of the real positions of ``items`` (B, T), packed (N, d) in row-major order
-        (the rows of ``hidden[items != PAD]``), or with ``last_only`` (B, d) of each sequence's last column
-        (computed even when that column is padding); with ``need_weights`` also every layer's attention weights
-        (B, h, T, T)."""
-        B, T = items.shape
-        if T > self.config.max_len:
-            raise ValueError(f"sequences of {T} positions exceed max_len {self.config.max_len}")
-        present = items != PAD
-        if last_only:
-            present[:, -1] = True
-        index = present.flatten().nonzero().squeeze(1)
-        layout = Layout(index, (B, T), self.attention_mask(present), present.sum(1).cumsum(0) - 1)
-        x = self.item_embedding(items.flatten()[index])
+    def check_length(self, items: torch.Tensor) -> None:
+        if items.shape[1] > self.config.max_len:
+            raise ValueError(f"sequences of {items.shape[1]} positions exceed max_len {self.config.max_len}")
+
+    # ---------------------------------------------------------------------------------------------- layers
+    def embed(self, items: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """h⁰ = Dropout(LN(s·E[v] + P[p] + τ)) of item ids and position ids of any (equal) shape."""
+        x = self.item_embedding(items)
+        if self.embedding_scale != 1.0:
+            x = x * self.embedding_scale
         if self.position_embedding is not None:
-            x = x + self.position_embedding(index % T + (self.config.max_len - T))
-        x = self.embedding_dropout(self.embedding_norm(x))
+            x = x + self.position_embedding(positions)
+        if self.token_type is not None:
+            x = x + self.token_type[0]
+        return self.embedding_dropout(self.embedding_norm(x))
+
+    def hidden_states(self, items: torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Last-layer states (B, T, d) of every column, and every layer's attention weights (B, h, T, T)."""
+        self.check_length(items)
+        present = self.real_positions(items, last_only)
+        mask = self.attention_mask(present)
+        x = self.embed(items, self.position_ids(present))
         weights = []
-        for number, block in enumerate(self.blocks, start=1):
-            x, w = block(x, layout, need_weights, last_only and number == len(self.blocks))
+        for block in self.blocks:
+            x, w = block(x, mask)
             weights.append(w)
         return self.final_norm(x), weights
 
-
-class SoftmaxCrossEntropy(torch.autograd.Function):
-    """Mean over rows of −log softmax(h Eᵀ + b)[target], the full-softmax loss of BERT4Rec (eq. 8) and
-    SASRec-CE, without ever holding the whole (rows × items) logit matrix: it is computed in chunks of rows,
-    forward keeps only each row's log-normaliser, and backward recomputes a chunk's softmax from it. Runs in
-    float32 whatever the autocast state. Use through :func:`softmax_cross_entropy`."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, chunk):
-        with torch.autocast(hidden.device.type, enabled=False):
-            h, w, b = hidden.float(), weight.float(), bias.float()
-            log_norm = torch.cat([torch.addmm(b, h[i:i + chunk], w.T).logsumexp(-1)
-                                  for i in range(0, len(h), chunk)])
-            target_logit = (h * w[targets]).sum(-1) + b[targets]
-        ctx.save_for_backward(hidden, weight, bias, targets, log_norm)
-        ctx.chunk = chunk
-        return (log_norm - target_logit).mean()
-
-    @staticmethod
-    def backward(ctx, grad):
-        hidden, weight, bias, targets, log_norm = ctx.saved_tensors
-        h, w, b = hidden.float(), weight.float(), bias.float()
-        grad_h, grad_w, grad_b = torch.empty_like(h), torch.zeros_like(w), torch.zeros_like(b)
-        scale = grad.float() / len(h)
-        for i in range(0, len(h), ctx.chunk):
-            rows = slice(i, i + ctx.chunk)
-            p = torch.addmm(b, h[rows], w.T).sub_(log_norm[rows, None]).exp_()  # softmax of the chunk
-            p[torch.arange(len(p), device=p.device), targets[rows]] -= 1.0  # minus the one-hot target
-            p.mul_(scale)
-            grad_h[rows] = p @ w
-            grad_w.addmm_(p.T, h[rows])
-            grad_b += p.sum(0)
-        return grad_h.to(hidden.dtype), grad_w.to(weight.dtype), grad_b.to(bias.dtype), None, None
+    def forward(self, items: torch.Tensor, need_weights: bool = False,
+                last_only: bool = False) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """The interface both encoders share: the last-layer states of the real positions of ``items`` (B, T),
+        packed (N, d) in row-major order (the rows of ``hidden[items != PAD]``), or with ``last_only`` (B, d) of
+        each sequence's last column; and, with ``need_weights``, every layer's attention weights (else None)."""
+        hidden, weights = self.hidden_states(items, last_only)
+        out = hidden[:, -1] if last_only else hidden[items != PAD]
+        return out, (weights if need_weights else [None] * len(weights))
 
 
-def softmax_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                          bias: torch.Tensor | None = None, chunk_elements: int = 2 ** 24) -> torch.Tensor:
-    """``F.cross_entropy(hidden @ weight.T + bias, targets)`` for (M, d) hidden rows against (V, d) output
-    embeddings, in chunks of about ``chunk_elements`` logits (64 MB)."""
-    if bias is None:
-        bias = torch.zeros(len(weight), device=weight.device, dtype=weight.dtype)
-    return SoftmaxCrossEntropy.apply(hidden, weight, bias, targets, max(1, chunk_elements // len(weight)))
-
-
-def trim_padding(items: torch.Tensor, *aligned: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Drop the columns that are padding in every row (left-padded batches), from ``items`` and from the
-    tensors ``aligned`` with it. Positions are right-aligned, so results do not change; work does."""
-    used = (items != PAD).any(0)
-    first = int(used.float().argmax()) if bool(used.any()) else items.shape[1] - 1
-    return tuple(t[:, first:] for t in (items, *aligned))
-
-
+# ------------------------------------------------------------------------------------------ training windows
 def sliding_windows(histories: Histories, length: int, step: int) -> tuple[np.ndarray, np.ndarray]:
     """Windows of at most ``length`` items over every history, as (row of the window's user, end offset).
 

@@ -1,5 +1,9 @@
-"""BERT4Rec: Cloze masking on the device, last-item samples, windows, [MASK] at inference, the output layer
-and optimiser groups of the official code, and learning a chain better than POP."""
+"""BERT4Rec: Cloze masking with the official mask counts, masks drawn once or afresh, last-item samples,
+windows, positions counted as the official code counts them, [MASK] at inference, the output layer and optimiser
+groups of the official code, and learning a chain better than POP."""
+import re
+from decimal import ROUND_HALF_UP, Decimal
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +13,7 @@ from benchmarks.trainer import Trainer, TrainSettings
 from datasets.sequences import Histories, LeaveOneOutSplit
 from models.bert4rec import BERT4Rec, BERT4Rec1Mask, BERT4RecConfig
 from models.pop import Pop
+from models.transformer import SequenceEncoder
 from tests.test_transformers import chain_data, histories, one_thread  # noqa: F401 (autouse fixture)
 
 N_ITEMS = 40
@@ -26,7 +31,26 @@ def train_view(sequences) -> Histories:
 
 
 # ---------------------------------------------------------------------------------------------- masking
-def test_each_window_gets_exactly_rho_n_masks_within_the_cap():
+def python2_round(x: float) -> int:
+    """Python 2's ``round`` of a float to an integer: the exact binary value, halves away from zero."""
+    return int(Decimal(x).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def test_mask_counts_are_python2_rounding_of_rho_n_for_every_rho_and_length():
+    n = torch.arange(1, 201)
+    for tenth in range(1, 10):
+        rho = tenth / 10  # as the flag masked_lm_prob is read: a double
+        counts = model(max_len=200, max_predictions=200, mask_proportion=rho).mask_counts(n).tolist()
+        expected = [max(1, python2_round(length * rho)) for length in range(1, 201)]  # gen_data_fin.py
+        assert counts == expected, rho
+    # By hand: 5·0.5 = 2.5 → 3, 25·0.1 = 2.5 → 3, 15·0.3 = 4.5 → 5, 15·0.7 = 10.5 → 11 (half to even: 2, 2, 4, 10);
+    # 15·0.1 = 1.5000000000000002 → 2 either way.
+    for rho, length, count in [(0.5, 5, 3), (0.1, 25, 3), (0.3, 15, 5), (0.7, 15, 11), (0.1, 15, 2)]:
+        m = model(max_len=200, max_predictions=200, mask_proportion=rho)
+        assert m.mask_counts(torch.tensor([length])).item() == count
+
+
+def test_each_window_gets_exactly_its_mask_count_within_the_cap():
     m = model(max_len=50, max_predictions=6, mask_proportion=0.3)
     lengths = [1, 2, 5, 9, 14, 30, 50]
     items = histories([list(range(1, n + 1)) for n in lengths], width=50)
@@ -34,7 +58,7 @@ def test_each_window_gets_exactly_rho_n_masks_within_the_cap():
     generator = torch.Generator().manual_seed(0)
     for _ in range(20):
         masked = m.draw_masks(items, last, generator)
-        expected = [min(6, max(1, round(0.3 * n))) for n in lengths]  # official: round(n·ρ), >= 1, <= cap
+        expected = [min(6, max(1, python2_round(0.3 * n))) for n in lengths]  # official: round(n·ρ), >= 1, <= cap
         assert masked.sum(1).tolist() == expected
         assert not masked[items == 0].any()
 
@@ -62,23 +86,100 @@ def test_last_item_samples_mask_only_the_most_recent_item():
 def test_official_scheme_uses_only_mask_tokens_and_bert_scheme_80_10_10():
     items = histories([list(range(1, 11))] * 3000, width=10)
     masked = torch.rand(items.shape, generator=torch.Generator().manual_seed(0)) < 0.5
-    official = model().corrupt(items, masked, torch.Generator().manual_seed(0))
+    cloze = torch.zeros(3000, dtype=torch.bool)
+    official = model().corrupt(items, masked, cloze, torch.Generator().manual_seed(0))
     assert torch.all(official[masked] == N_ITEMS + 1) and torch.equal(official[~masked], items[~masked])
-    bert = model(mask_token_prob=0.8).corrupt(items, masked, torch.Generator().manual_seed(1))
+    bert = model(mask_token_prob=0.8).corrupt(items, masked, cloze, torch.Generator().manual_seed(1))
     assert torch.equal(bert[~masked], items[~masked])
     became_mask = (bert[masked] == N_ITEMS + 1).float().mean()
     kept = (bert[masked] == items[masked]).float().mean()
     assert abs(became_mask - 0.8) < 0.01 and abs(kept - 0.1 - 0.1 / N_ITEMS) < 0.01  # random may draw itself
     assert bert[masked].max() <= N_ITEMS + 1 and bert[masked].min() >= 1
+    last_only = model(mask_token_prob=0.0).corrupt(items, masked, ~cloze, torch.Generator().manual_seed(2))
+    assert torch.all(last_only[masked] == N_ITEMS + 1)  # force_last: a last-item sample always reads [MASK]
 
 
 # ------------------------------------------------------------------------------------- training examples
 def test_training_examples_are_windows_copied_dupe_factor_times_plus_last_item_samples():
-    m = model(max_len=4, window_step=0.5, dupe_factor=3)
+    m = model(max_len=4, window_step=0.5, dupe_factor=3, fresh_masks=True)
     examples = m.training_examples(train_view([np.arange(1, 8), np.array([20, 21])]))
     windows = [[4, 5, 6, 7], [2, 3, 4, 5], [1, 2, 3, 4], [0, 0, 20, 21]]  # 7 items: begins 3, 1, 0 (step 2)
     assert m.windows.tolist() == windows and examples["window"].tolist() == [0, 1, 2, 3] * 4
     assert examples["last"].tolist() == [False] * 12 + [True] * 4
+    assert examples.keys() == {"window", "last"}  # masks are drawn per batch
+
+
+def test_window_step_is_truncated_as_the_official_int():
+    m = model(max_len=5, window_step=0.7)  # step int(3.5) = 3 (round would give 4)
+    m.training_examples(train_view([np.arange(1, 11)]))  # 10 items: windows begin at 5, 2 and 0
+    assert m.windows.tolist() == [[6, 7, 8, 9, 10], [3, 4, 5, 6, 7], [1, 2, 3, 4, 5]]
+
+
+def fixed_batch(m, examples, rows):
+    return {key: value[rows] for key, value in examples.items()}
+
+
+def test_official_masks_are_drawn_once_and_the_same_copies_come_back_every_epoch():
+    m = model(max_len=10, dupe_factor=4, mask_proportion=0.3, max_predictions=3, mask_token_prob=0.5)
+    torch.manual_seed(3)
+    examples = m.training_examples(train_view([np.arange(1, 11), np.arange(11, 15)]))
+    assert examples["masked_columns"].shape == (10, 3) and examples["masked_tokens"].shape == (10, 3)
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.arange(10)
+    first = m.masked_inputs(fixed_batch(m, examples, rows), generator)
+    again = m.masked_inputs(fixed_batch(m, examples, rows.flip(0)), generator)  # a later epoch, reshuffled
+    for a, b in zip(first, again):
+        assert torch.equal(a, b.flip(0))
+    items, masked, inputs = first
+    assert masked.sum(1).tolist() == [3, 1] * 4 + [1, 1]  # round(0.3·10) = 3, round(0.3·4) = 1; last-item rows
+    assert torch.equal(inputs[~masked], items[~masked])
+    assert masked[-2:, -1].all() and torch.all(inputs[-2:, -1] == N_ITEMS + 1)  # the last-item samples
+    copies = [tuple(masked[i].nonzero().flatten().tolist()) for i in range(0, 8, 2)]
+    assert len(set(copies)) > 1  # the dupe_factor copies of a window are masked differently
+    fresh = model(max_len=10, dupe_factor=4, mask_proportion=0.3, max_predictions=3, fresh_masks=True)
+    fresh_examples = fresh.training_examples(train_view([np.arange(1, 11), np.arange(11, 15)]))
+    a = fresh.masked_inputs(fixed_batch(fresh, fresh_examples, rows), generator)[1]
+    b = fresh.masked_inputs(fixed_batch(fresh, fresh_examples, rows), generator)[1]
+    assert not torch.equal(a, b)
+
+
+def test_fixed_masks_follow_the_seed_of_the_run():
+    def columns(seed):
+        m = model(dupe_factor=3)
+        torch.manual_seed(seed)  # the harness seeds the global RNG per run
+        return m.training_examples(train_view([np.arange(1, 31)]))["masked_columns"]
+
+    assert torch.equal(columns(0), columns(0)) and not torch.equal(columns(0), columns(1))
+
+
+# ------------------------------------------------------------------------------------------- positions
+def test_positions_are_counted_from_the_window_start_as_the_official_code():
+    m = model(max_len=10)
+    items = histories([[3, 9, 27], list(range(1, 11)), [5]], width=10)
+    ids = m.encoder.position_ids(items != 0)
+    for row, n in enumerate([3, 10, 1]):  # official: right padding, input ids at columns 0..n-1 get P[0..n-1]
+        assert ids[row, 10 - n:].tolist() == list(range(n))
+    appended = m.append_mask(histories([[3, 9, 27]], width=9))  # inference: [MASK] after n = 3 items gets P[3]
+    assert m.encoder.position_ids(appended != 0)[0, -4:].tolist() == [0, 1, 2, 3]
+    end = model(max_len=10, positions="end").encoder.position_ids(items != 0)
+    assert end[0, -3:].tolist() == [7, 8, 9]  # counted from the right end instead
+
+
+def test_left_padded_windows_give_the_official_right_padded_hidden_states():
+    """Our left padding with positions from the start equals the official layout (items first, padding after,
+    positions 0..T-1 by column); counting from the end does not."""
+    left = histories([[3, 9, 27, 4], [8, 1]], width=7)
+    right = torch.tensor([[3, 9, 27, 4, 0, 0, 0], [8, 1, 0, 0, 0, 0, 0]])
+    for positions, equal in [("start", True), ("end", False)]:
+        m = model(max_len=7, positions=positions, dropout=0.0, attention_dropout=0.0).eval()
+        ours = SequenceEncoder.hidden_states(m.encoder, left)[0][left != 0]
+        official_positions = torch.arange(7).expand(2, 7)  # modeling.py: tf.slice(position table, [0, 0], [T, -1])
+        x = m.encoder.item_embedding(right) + m.encoder.position_embedding(official_positions) + m.encoder.token_type[0]
+        x = m.encoder.embedding_norm(x)
+        mask = torch.zeros(2, 1, 7, 7).masked_fill((right == 0)[:, None, None, :], -10000.0)  # official adder
+        for block in m.encoder.blocks:
+            x, _ = block(x, mask)
+        assert torch.allclose(ours, x[right != 0], atol=1e-5) == equal, positions
 
 
 def test_one_mask_variant_trains_only_on_last_item_samples():
@@ -106,20 +207,41 @@ def test_mask_token_is_appended_after_the_last_n_minus_1_items():
     assert inputs.tolist() == [[3, 4, 5, 6, N_ITEMS + 1], [0, 0, 0, 7, N_ITEMS + 1]]
 
 
-def test_scores_come_from_the_mask_position_through_eq7():
-    m = model().eval()
+@pytest.mark.parametrize("classes", ["vocabulary", "items"])
+def test_scores_come_from_the_mask_position_through_eq7(classes):
+    m = model(softmax_classes=classes).eval()
+    with torch.no_grad():
+        m.output_bias.normal_()
     history = histories([[3, 9, 27]], width=9)
     hidden, _ = m.encoder(m.append_mask(history))  # packed: 3 items and [MASK]
     h = m.head_norm(torch.nn.functional.gelu(m.projection(hidden[-1:])))
-    expected = h @ m.encoder.item_embedding.weight[:N_ITEMS + 1].T + m.output_bias
+    expected = h @ m.encoder.item_embedding.weight[:N_ITEMS + 1].T + m.output_bias[:N_ITEMS + 1]
     assert torch.allclose(m.score(torch.tensor([0]), history, None), expected, atol=1e-5)
 
 
-def test_output_layer_shares_the_item_embedding():
-    m = model()
-    assert m.encoder.item_embedding.weight.shape == (N_ITEMS + 2, 16)  # items, padding and [MASK]
-    assert m.output_bias.shape == (N_ITEMS + 1,)
+def test_output_layer_shares_the_item_embedding_and_the_official_vocabulary():
+    m = model()  # the official vocabulary: padding, items, [MASK] and two unused special tokens
+    assert m.encoder.item_embedding.weight.shape == (N_ITEMS + 4, 16) and m.output_bias.shape == (N_ITEMS + 4,)
     assert not any(p.shape == (N_ITEMS, 16) or p.shape == (16, N_ITEMS) for p in m.parameters())
+    items_only = model(softmax_classes="items")
+    assert items_only.encoder.item_embedding.weight.shape == (N_ITEMS + 2, 16)  # padding, items and [MASK]
+    assert items_only.output_bias.shape == (N_ITEMS + 1,)
+
+
+@pytest.mark.parametrize("classes, rows", [("vocabulary", slice(0, N_ITEMS + 4)), ("items", slice(1, N_ITEMS + 1))])
+def test_cloze_loss_is_the_softmax_over_its_classes_at_the_masked_positions(classes, rows):
+    m = model(softmax_classes=classes, dropout=0.0, attention_dropout=0.0, fresh_masks=True)
+    with torch.no_grad():
+        m.output_bias.normal_()
+    examples = m.training_examples(train_view([np.arange(1, 11), np.arange(11, 15)]))
+    batch = {key: value[:2] for key, value in examples.items()}
+    loss = m.loss(batch, torch.Generator().manual_seed(0))
+    items, masked, inputs = m.masked_inputs(batch, torch.Generator().manual_seed(0))  # the same draws
+    hidden = SequenceEncoder.hidden_states(m.encoder, inputs)[0]
+    h = m.head_norm(torch.nn.functional.gelu(m.projection(hidden[masked])))
+    logits = h @ m.encoder.item_embedding.weight[rows].T + m.output_bias[rows]
+    expected = torch.nn.functional.cross_entropy(logits, items[masked] - rows.start)
+    assert torch.allclose(loss, expected, atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------- optimiser
@@ -134,13 +256,26 @@ def test_weight_decay_spares_biases_and_layernorm_as_the_official_optimizer():
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(m.parameters()))
 
 
-def test_config_errors_say_what_to_fix():
-    with pytest.raises(ValueError, match="mask_proportion"):
-        BERT4RecConfig(mask_proportion=0.0)
-    with pytest.raises(ValueError, match="mask_last"):
-        BERT4RecConfig(dupe_factor=0, mask_last=False)
-    with pytest.raises(ValueError, match="divisible by heads"):
-        model(hidden=16, heads=3)
+@pytest.mark.parametrize("changes, message", [
+    ({"mask_proportion": 0.0}, "mask_proportion=0.0 must be in (0, 1]"),
+    ({"dupe_factor": 0, "mask_last": False}, "mask_last=False must not come with dupe_factor=0"),
+    ({"hidden": 16, "heads": 3}, "heads=3 must divide hidden=16"),
+    ({"max_len": 1}, "max_len=1 must be >= 2"),
+    ({"max_predictions": 0}, "max_predictions=0 must be >= 1"),
+    ({"mask_token_prob": 1.5}, "mask_token_prob=1.5 must be in [0, 1]"),
+    ({"dupe_factor": -1}, "dupe_factor=-1 must be >= 0"),
+    ({"window_step": 0.01, "max_len": 50}, "window_step=0.01 must be in (0, 1]"),
+    ({"positions": "left"}, "positions='left' must be one of 'start', 'end'"),
+    ({"dropout": 1.0}, "dropout=1.0 must be in [0, 1)"),
+    ({"attention_dropout": -0.1}, "attention_dropout=-0.1 must be in [0, 1)"),
+    ({"layers": 0}, "layers=0 must be >= 1"),
+    ({"hidden": 0}, "hidden=0 must be >= 1"),
+    ({"init_std": 0.0}, "init_std=0.0 must be > 0"),
+    ({"layer_norm_eps": 0.0}, "layer_norm_eps=0.0 must be > 0"),
+])
+def test_config_errors_say_what_to_fix(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        BERT4RecConfig(**changes)
 
 
 # ---------------------------------------------------------------------------------- learning a chain fast
@@ -152,7 +287,7 @@ def test_bert4rec_learns_the_chain_far_better_than_pop():
     pop.fit(split.train())
     torch.manual_seed(0)
     m = BERT4Rec(data.n_users, data.n_items, BERT4RecConfig(
-        max_len=20, hidden=32, dropout=0.1, attention_dropout=0.1, mask_proportion=0.3, dupe_factor=2))
+        max_len=20, hidden=32, dropout=0.1, attention_dropout=0.1, mask_proportion=0.3, dupe_factor=4))
     Trainer(TrainSettings(optimizer="adamw", lr=5e-3, weight_decay=0.01, batch_size=64,
                                              max_epochs=15, warmup_steps=10, decay="linear", progress=False)).fit(m, split.train(), None)
     ndcg = evaluator.evaluate(m, "test", "pop100").metrics["NDCG@10"]

@@ -1,5 +1,9 @@
-"""The shared Transformer encoder and SASRec / SASRec-CE: ablation switches, causality, padding, batching,
+"""The shared Transformer encoder and SASRec / SASRec-CE: the packed encoder against the plain equations, SASRec's
+official block against a transcription of the authors' TF code, ablation switches, causality, padding, batching,
 windows, attention maps, and learning a strong item-transition chain better than POP."""
+import math
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -7,12 +11,12 @@ import torch
 from benchmarks.evaluator import Evaluator
 from benchmarks.trainer import Trainer, TrainSettings
 from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
-import models.transformer as transformer
+import models.transformer_fast as transformer_fast
 from models import model_class
 from models.pop import Pop
 from models.sasrec import SASRec, SASRecCE, SASRecConfig
-from models.transformer import (EncoderConfig, MultiHeadAttention, sliding_windows, softmax_cross_entropy,
-                                window_matrix)
+from models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, window_matrix
+from models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy
 
 
 @pytest.fixture(autouse=True)
@@ -108,16 +112,147 @@ def test_without_dropout_training_outputs_are_deterministic(model):
     assert torch.allclose(first, second)
 
 
-def test_sasrec_is_pre_ln_relu_and_bert4rec_post_ln_gelu():
+def test_sasrec_is_causal_relu_with_its_official_block_and_bert4rec_post_ln_gelu():
     sasrec, bert = small("sasrec").encoder.config, small("bert4rec").encoder.config
-    assert sasrec.causal and sasrec.norm_first and sasrec.activation == "relu"
-    assert not bert.causal and not bert.norm_first and bert.activation == "gelu" and bert.ffn_inner == 64
+    assert sasrec.causal and sasrec.block == "sasrec" and sasrec.activation == "relu" and sasrec.ffn_inner == 16
+    assert small("sasrec", block="pre-ln").encoder.config.block == "pre-ln"
+    assert not bert.causal and bert.block == "post-ln" and bert.activation == "gelu" and bert.ffn_inner == 64
 
 
 def test_init_is_truncated_normal_with_std_002():
     weight = small("bert4rec", hidden=64).encoder.blocks[0].ffn.inner.weight
     assert weight.abs().max() <= 0.04 + 1e-6  # cut at two standard deviations
     assert 0.015 < weight.std() < 0.02
+
+
+def test_sasrec_official_init_is_glorot_uniform_per_matrix():
+    m = small("sasrec", hidden=64, max_len=50)  # 41 item ids
+    attention = m.encoder.blocks[0].attention
+    for name, weight, fan in [("E", m.encoder.item_embedding.weight[1:], 41 + 64),
+                              ("P", m.encoder.position_embedding.weight, 50 + 64),
+                              ("W^Q", attention.qkv.weight[:64], 128), ("W^V", attention.qkv.weight[128:], 128),
+                              ("W1", m.encoder.blocks[0].ffn.inner.weight, 128)]:
+        limit = math.sqrt(6 / fan)  # TF's glorot_uniform on the official code's [fan_in, fan_out] matrix
+        assert weight.abs().max() <= limit and weight.abs().max() > 0.9 * limit, name
+        assert abs(weight.std() - limit / math.sqrt(3)) < 0.15 * limit / math.sqrt(3), name
+    assert torch.all(m.encoder.item_embedding.weight[0] == 0) and torch.all(attention.qkv.bias == 0)
+    assert attention.out is None  # no W^O in the official block
+
+
+# ------------------------------------------------------------------------ the packed encoder = the equations
+ENCODER_VARIANTS = [
+    dict(block="post-ln", positions="start", token_type=True, embedding_norm=True),  # BERT4Rec, official
+    dict(block="post-ln", positions="end", embedding_norm=True, layer_norm_eps=1e-5),  # BERT4Rec, before
+    dict(block="sasrec", causal=True, activation="relu", scale_embedding=True, embedding_norm=False,
+         init="xavier", layer_norm_eps=1e-8),  # SASRec, official
+    dict(block="pre-ln", causal=True, activation="relu", embedding_norm=False),  # SASRec, textbook
+    dict(block="sasrec", causal=True, activation="relu", use_residual=False, use_position=False),
+    dict(block="post-ln", use_ffn=False, use_layernorm=False),
+]
+
+
+@pytest.mark.parametrize("variant", ENCODER_VARIANTS)
+@pytest.mark.parametrize("last_only", [False, True])
+def test_packed_encoder_gives_the_plain_equations_outputs_and_gradients(variant, last_only):
+    config = EncoderConfig(vocab_size=41, max_len=14, hidden=16, heads=2, ffn_inner=32, dropout=0.0,
+                           attention_dropout=0.0, **variant)
+    torch.manual_seed(0)
+    plain = SequenceEncoder(config).train()
+    packed = PackedSequenceEncoder(config).train()
+    packed.load_state_dict(plain.state_dict())
+    items = HISTORIES  # three left-padded rows of 5, 11 and 1 items
+    weight = torch.randn(3 if last_only else int((items != 0).sum()), 16)  # any function of the outputs
+
+    def run(encoder):
+        encoder.zero_grad()
+        out, _ = encoder(items, last_only=last_only)
+        (out * weight).sum().backward()
+        return out, {name: p.grad.clone() for name, p in encoder.named_parameters() if p.grad is not None}
+
+    (out_plain, grads_plain), (out_packed, grads_packed) = run(plain), run(packed)
+    assert out_plain.shape == out_packed.shape and torch.allclose(out_plain, out_packed, atol=1e-5)
+    assert grads_plain.keys() == grads_packed.keys() and len(grads_plain) > 5
+    for name, grad in grads_plain.items():  # float32 sums in a different order: tolerance relative to the largest
+        assert (grad - grads_packed[name]).abs().max() <= 1e-5 * grad.abs().max() + 1e-6, name
+
+
+def test_packed_encoder_is_what_the_models_run():
+    for model in ("sasrec", "sasrec-ce", "bert4rec", "bert4rec-1mask", "bert4rec-rel"):
+        assert type(small(model).encoder) is PackedSequenceEncoder
+
+
+# ------------------------------------------------------------------- SASRec's block = the authors' TF code
+def official_sasrec(m: SASRec, items: torch.Tensor) -> torch.Tensor:
+    """kang205/SASRec's model.py and modules.py transcribed line by line (dropout off) with the weights of ``m``:
+    the (B, T, d) output of the final LayerNorm, T = maxlen columns."""
+    enc, d = m.encoder, m.config.hidden
+    heads = m.config.heads
+
+    def normalize(x, ln):  # modules.normalize: moments over the last axis, epsilon 1e-8
+        mean, variance = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return ln.weight * (x - mean) / (variance + 1e-8) ** 0.5 + ln.bias
+
+    def dense(x, w, b):
+        return x @ w.T + b
+
+    mask = (items != 0).float()[..., None]
+    table = torch.cat([torch.zeros(1, d), enc.item_embedding.weight[1:]])  # zero_pad=True
+    seq = table[items] * d ** 0.5  # scale=True
+    seq = seq + enc.position_embedding.weight[torch.arange(items.shape[1])]  # tf.range(maxlen)
+    seq = seq * mask
+    for block in enc.blocks:
+        queries, keys = normalize(seq, block.attention_norm), seq
+        w, b = block.attention.qkv.weight, block.attention.qkv.bias
+        Q, K, V = dense(queries, w[:d], b[:d]), dense(keys, w[d:2 * d], b[d:2 * d]), dense(keys, w[2 * d:], b[2 * d:])
+        Q_, K_, V_ = (torch.cat(t.split(d // heads, dim=2), dim=0) for t in (Q, K, V))  # (h·N, T, C/h)
+        outputs = Q_ @ K_.transpose(1, 2) / (d // heads) ** 0.5
+        key_masks = torch.sign(keys.abs().sum(-1)).repeat(heads, 1)[:, None, :].expand_as(outputs)
+        outputs = torch.where(key_masks == 0, torch.full_like(outputs, -2.0 ** 32 + 1), outputs)
+        tril = torch.ones_like(outputs[0]).tril()
+        outputs = torch.where(tril == 0, torch.full_like(outputs, -2.0 ** 32 + 1), outputs)
+        outputs = outputs.softmax(-1)
+        query_masks = torch.sign(queries.abs().sum(-1)).repeat(heads, 1)[:, :, None]
+        outputs = outputs * query_masks
+        outputs = outputs @ V_
+        outputs = torch.cat(outputs.split(len(items), dim=0), dim=2)
+        outputs = outputs + queries  # residual from the normalised queries
+        inputs = normalize(outputs, block.ffn_norm)  # feedforward(normalize(self.seq))
+        hidden = torch.relu(dense(inputs, block.ffn.inner.weight, block.ffn.inner.bias))
+        seq = (dense(hidden, block.ffn.outer.weight, block.ffn.outer.bias) + inputs) * mask
+    return normalize(seq, enc.final_norm)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_sasrec_official_block_equals_the_authors_equations(heads):
+    m = small("sasrec", heads=heads, dropout=0.0, attention_dropout=0.0, layers=2)
+    with torch.no_grad():  # LayerNorm parameters away from (1, 0), so that a mix-up of them would show
+        for norm in [m.encoder.final_norm] + [b.attention_norm for b in m.encoder.blocks]:
+            norm.weight.normal_(1.0, 0.3)
+            norm.bias.normal_(0.0, 0.3)
+    expected = official_sasrec(m, HISTORIES)  # HISTORIES: maxlen = 12 columns, as the official input
+    assert torch.allclose(hidden_states(m, HISTORIES)[HISTORIES != 0], expected[HISTORIES != 0], atol=1e-5)
+    logits = expected[:, -1] @ m.encoder.item_embedding.weight.T  # official test_logits at the last position
+    assert torch.allclose(m.score(USERS, HISTORIES, None)[:, 1:], logits[:, 1:], atol=1e-4)
+    textbook = small("sasrec", heads=heads, dropout=0.0, attention_dropout=0.0, block="pre-ln")
+    kept = {k: v for k, v in m.state_dict().items() if k in textbook.state_dict()}
+    textbook.load_state_dict({**textbook.state_dict(), **kept})
+    assert not torch.allclose(textbook.score(USERS, HISTORIES, None), m.score(USERS, HISTORIES, None), atol=1e-3)
+
+
+def test_sasrec_official_block_drops_out_after_both_ffn_layers_and_not_after_attention():
+    block = small("sasrec").encoder.blocks[0]
+    assert isinstance(block.ffn.inner_dropout, torch.nn.Dropout) and block.ffn.inner_dropout.p == 0.1
+    textbook = small("sasrec", block="pre-ln").encoder.blocks[0]
+    assert isinstance(textbook.ffn.inner_dropout, torch.nn.Identity)
+
+
+def test_sasrec_scales_item_embeddings_by_sqrt_d_only_when_asked():
+    scaled, plain = small("sasrec", hidden=16), small("sasrec", hidden=16, scale_embedding=False)
+    plain.load_state_dict(scaled.state_dict())
+    items, positions = torch.tensor([[3]]), torch.tensor([[0]])
+    E, P = scaled.encoder.item_embedding.weight[3], scaled.encoder.position_embedding.weight[0]
+    assert torch.allclose(scaled.encoder.eval().embed(items, positions)[0, 0], 4.0 * E + P)
+    assert torch.allclose(plain.encoder.eval().embed(items, positions)[0, 0], E + P)
 
 
 # ------------------------------------------------------------------------------------- attention direction
@@ -216,9 +351,8 @@ def test_sasrec_examples_are_windows_of_max_len_plus_one():
 def test_recomputed_attention_replays_its_dropout_masks(monkeypatch):
     """CPU training recomputes eq. 2 slice by slice in the backward pass: outputs and gradients must equal
     those of the same slices computed directly with the same random state (same dropout masks)."""
-    monkeypatch.setattr(transformer, "_ATTENTION_SLICE_FLOATS", 2 * 2 * 6 * 6)  # 2 sequences a slice
-    attention = MultiHeadAttention(EncoderConfig(vocab_size=10, max_len=6, hidden=8, heads=2,
-                                                 attention_dropout=0.5)).train()
+    monkeypatch.setattr(transformer_fast, "_ATTENTION_SLICE_FLOATS", 2 * 2 * 6 * 6)  # 2 sequences a slice
+    attend = transformer_fast._attend
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(5, 2, 6, 4, generator=generator) for _ in range(3))
     mask = torch.zeros(5, 1, 6, 6)
@@ -231,11 +365,11 @@ def test_recomputed_attention_replays_its_dropout_masks(monkeypatch):
         (out * torch.arange(out.numel()).view_as(out).sin()).sum().backward()
         return out, [t.grad for t in inputs]
 
-    direct = lambda *a: torch.cat([attention._attend(*(t[i:i + 2] for t in a)) for i in range(0, 5, 2)])
-    out, grads = run(attention._recomputed_attention)
+    direct = lambda *a: torch.cat([attend(*(t[i:i + 2] for t in a), 0.5) for i in range(0, 5, 2)])
+    out, grads = run(lambda *a: transformer_fast._recomputed_attention(*a, 0.5))
     expected, expected_grads = run(direct)
     assert torch.allclose(out, expected, atol=1e-6)
-    assert not torch.allclose(out, attention.eval()._attend(q, k, v, mask), atol=1e-3)  # dropout was applied
+    assert not torch.allclose(out, attend(q, k, v, mask, 0.0), atol=1e-3)  # dropout was applied
     for grad, expected_grad in zip(grads, expected_grads):
         assert torch.allclose(grad, expected_grad, atol=1e-6)
 
@@ -305,3 +439,41 @@ def test_sasrec_learns_the_chain_far_better_than_pop(cls, chain):
     ndcg = fit_and_score(model, chain, TrainSettings(lr=5e-3, batch_size=64, max_epochs=8, progress=False,
                                                      betas=(0.9, 0.98)))
     assert ndcg > chain[3] + 0.3, (cls.name, ndcg, chain[3])
+
+
+# ------------------------------------------------------------------------------------------ config errors
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden": 64, "heads": 3}, "heads=3 must divide hidden=64"),
+    ({"block": "textbook"}, "block='textbook' must be one of 'official', 'pre-ln', 'post-ln'"),
+    ({"init": "normal"}, "init='normal' must be one of 'truncated_normal', 'xavier'"),
+    ({"window_step": 1.5}, "window_step=1.5 must be in [0, 1]"),
+    ({"max_len": 0}, "max_len=0 must be >= 1"),
+    ({"layers": 0}, "layers=0 must be >= 1"),
+    ({"heads": 0}, "heads=0 must be >= 1"),
+    ({"dropout": 1.0}, "dropout=1.0 must be in [0, 1)"),
+    ({"attention_dropout": -0.5}, "attention_dropout=-0.5 must be in [0, 1)"),
+    ({"init_std": -0.02}, "init_std=-0.02 must be > 0"),
+    ({"layer_norm_eps": 0.0}, "layer_norm_eps=0.0 must be > 0"),
+])
+def test_sasrec_config_errors_say_what_to_fix(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SASRecConfig(**changes)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"negatives": 0}, "negatives=0 must be >= 1"),
+    ({"window_step": 0.0}, "window_step=0.0 must be in (0, 1]"),
+    ({"hidden": 10, "heads": 4}, "heads=4 must divide hidden=10"),
+    ({"max_len": 0}, "max_len=0 must be >= 1"),
+    ({"layer_norm_eps": -1.0}, "layer_norm_eps=-1.0 must be > 0"),
+])
+def test_bert4rec_relevance_config_errors_say_what_to_fix(changes, message):
+    from models.bert4rec_relevance import BERT4RecRelevanceConfig
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        BERT4RecRelevanceConfig(**changes)
+
+
+def test_encoder_config_rejects_unknown_choices():
+    with pytest.raises(ValueError, match=re.escape("positions='left' must be one of 'start', 'end'")):
+        EncoderConfig(vocab_size=10, max_len=5, positions="left")

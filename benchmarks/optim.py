@@ -1,0 +1,56 @@
+"""Optimisers and learning-rate schedules the authors' code uses and PyTorch does not ship.
+
+:class:`AdamWeightDecay` is BERT's ``AdamWeightDecayOptimizer`` (``optimization.py`` of google-research/bert,
+which the BERT4Rec authors' code uses as it is), and :func:`bert_schedule` the learning rate of BERT's
+``create_optimizer``. With g the (clipped) gradient and step s = 0, 1, …:
+
+    m ← β₁ m + (1 − β₁) g,   v ← β₂ v + (1 − β₂) g²          (no bias correction of m and v)
+    θ ← θ − η_s (m / (√v + ε) + λ θ)                         (λ = 0 for the groups that exclude weight decay)
+    η_s = η · s / W  for s < W (linear warm-up from 0),  else η · (1 − min(s, T) / T)
+
+so the decay (polynomial, power 1) runs to 0 over all T training steps, warm-up included.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class AdamWeightDecay(torch.optim.Optimizer):
+    """BERT's Adam with decoupled weight decay and without bias correction (module docstring). Parameter groups
+    may set their own ``weight_decay`` (0 for biases and LayerNorm, as the official code excludes them)."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0):
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["m"] = torch.zeros_like(param)
+                    state["v"] = torch.zeros_like(param)
+                m, v, grad = state["m"], state["v"], param.grad
+                m.mul_(beta1).add_(grad, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                update = m / (v.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update.add_(param, alpha=group["weight_decay"])
+                param.add_(update, alpha=-group["lr"])
+        return loss
+
+
+def bert_schedule(step: int, warmup_steps: int, total_steps: int) -> float:
+    """η_s / η of BERT's ``create_optimizer`` at step ``step`` (0-based): s/W during the warm-up, then
+    1 − min(s, T)/T."""
+    if warmup_steps and step < warmup_steps:
+        return step / warmup_steps
+    return 1.0 - min(step, total_steps) / total_steps

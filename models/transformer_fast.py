@@ -1,0 +1,203 @@
+"""The encoder of :mod:`models.transformer` made fast, behind the same interface, and the other speed work of the
+attention models: what training and scoring run.
+
+- Packed rows: padding positions are never computed. The point-wise parts (embeddings, projections, PFFN,
+  LayerNorm, dropout) run on the real positions packed into (N, d) rows (:class:`Layout`); only the attention
+  scores use the padded (B, T) layout, where padding is a masked key. At inference the last layer computes only
+  each sequence's last position, all that scoring needs.
+- Recomputed attention: CPU training recomputes eq. 2 slice by slice in the backward pass, replaying the
+  dropout masks, instead of keeping every layer's (B, h, T, T) weights.
+- :func:`gelu` on packed rows without oneDNN's per-shape kernel cache.
+- :func:`softmax_cross_entropy`: the full-softmax loss without the whole (rows × items) logit matrix.
+- :func:`trim_padding`: batches lose their all-padding columns.
+
+A test holds :class:`PackedSequenceEncoder` to :class:`models.transformer.SequenceEncoder`'s outputs and gradients
+for every block wiring and position scheme.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from datasets.sequences import PAD
+from models.transformer import (FeedForward, MultiHeadAttention, SequenceEncoder, TransformerBlock, merge_heads,
+                                split_heads)
+
+_ATTENTION_SLICE_FLOATS = 1 << 21  # attention weights per recomputed slice in CPU training (8 MB)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the packed (N, ·) rows of a batch's real positions sit in its padded (B, T) layout."""
+
+    index: torch.Tensor  # (N,) flat position b·T + t of each packed row, in row-major order
+    shape: tuple[int, int]  # (B, T)
+    mask: torch.Tensor  # (B, 1, T, T) additive attention mask M
+    last: torch.Tensor  # (B,) packed row of each sequence's last position
+
+    @property
+    def full(self) -> bool:
+        return len(self.index) == self.shape[0] * self.shape[1]
+
+    def pad(self, packed: torch.Tensor) -> torch.Tensor:
+        """(N, k) → (B, T, k), zeros at padding."""
+        B, T = self.shape
+        if self.full:
+            return packed.view(B, T, -1)
+        return packed.new_zeros(B * T, packed.shape[-1]).index_copy_(0, self.index, packed).view(B, T, -1)
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """(B, T, k) → (N, k)."""
+        return padded.flatten(0, 1) if self.full else padded.flatten(0, 1).index_select(0, self.index)
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact (erf) GELU. On a contiguous CPU float matrix PyTorch calls oneDNN, which compiles and caches one
+    kernel per shape; packed rows have a new shape every batch, so that cache grows by gigabytes over a run.
+    A transposed view takes ATen's own kernel instead, forward and backward: same values, nothing cached."""
+    return F.gelu(x.mT).mT if x.device.type == "cpu" and x.ndim == 2 else F.gelu(x)
+
+
+def _attend(q, k, v, mask, dropout: float):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout)
+
+
+def _recomputed_attention(q, k, v, mask, dropout: float):
+    """Eq. 2 with attention dropout, for CPU training. PyTorch's fused CPU kernel has no dropout, so the
+    fallback keeps the (B, h, T, T) weights, the dropout mask and the dropped weights of every layer until the
+    backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here each slice of the batch is
+    recomputed in the backward pass instead (with the same dropout mask: the RNG state is replayed), so only
+    q, k, v are kept and one slice's weights exist at a time; the price is a second forward of eq. 2."""
+    rows = max(1, _ATTENTION_SLICE_FLOATS // (q.shape[1] * q.shape[2] * k.shape[2]))
+    return torch.cat([checkpoint(_attend, q[i:i + rows], k[i:i + rows], v[i:i + rows], mask[i:i + rows], dropout,
+                                 use_reentrant=False)
+                      for i in range(0, len(q), rows)])
+
+
+def packed_attention(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor, layout: Layout,
+                     last_only: bool) -> torch.Tensor:
+    """MH(Q, K) of packed (N, d) query and key rows → packed (N, d), or (B, d) for each sequence's last position
+    only (every position is still a key)."""
+    if queries is keys:
+        q, k, v = layout.pad(attention.qkv(queries)).chunk(3, dim=-1)  # one gather for W^Q, W^K, W^V
+    else:
+        d = queries.shape[-1]
+        w, b = attention.qkv.weight, attention.qkv.bias
+        q = layout.pad(F.linear(queries, w[:d], b[:d]))
+        k, v = layout.pad(F.linear(keys, w[d:], b[d:])).chunk(2, dim=-1)
+    mask = layout.mask
+    if last_only:
+        q, mask = q[:, -1:], mask[:, :, -1:]
+    q, k, v = (split_heads(t, attention.heads) for t in (q, k, v))
+    dropout = attention.dropout.p if attention.training else 0.0
+    if dropout > 0 and q.device.type == "cpu" and torch.is_grad_enabled():
+        heads = _recomputed_attention(q, k, v, mask, dropout)
+    else:
+        heads = _attend(q, k, v, mask, dropout)
+    heads = merge_heads(heads)
+    heads = heads[:, -1] if last_only else layout.pack(heads)
+    return heads if attention.out is None else attention.out(heads)
+
+
+def packed_ffn(ffn: FeedForward, x: torch.Tensor) -> torch.Tensor:
+    act = gelu if ffn.act is F.gelu else ffn.act
+    return ffn.outer(ffn.inner_dropout(act(ffn.inner(x))))
+
+
+def packed_block(block: TransformerBlock, x: torch.Tensor, layout: Layout, last_only: bool) -> torch.Tensor:
+    """:meth:`TransformerBlock.forward` on packed rows; ``last_only``: each sequence's last position, (B, d)."""
+    kind = block.config.block
+    if kind == "post-ln":
+        attended = packed_attention(block.attention, x, x, layout, last_only)
+        x = x[layout.last] if last_only else x
+        x = block.attention_norm(block.residual(x, block.drop(attended)))
+        if block.ffn is not None:
+            x = block.ffn_norm(block.residual(x, block.drop(packed_ffn(block.ffn, x))))
+    elif kind == "pre-ln":
+        h = block.attention_norm(x)
+        attended = packed_attention(block.attention, h, h, layout, last_only)
+        x = x[layout.last] if last_only else x
+        x = block.residual(x, block.drop(attended))
+        if block.ffn is not None:
+            x = block.residual(x, block.drop(packed_ffn(block.ffn, block.ffn_norm(x))))
+    else:  # "sasrec"
+        q = block.attention_norm(x)
+        attended = packed_attention(block.attention, q, x, layout, last_only)
+        q = q[layout.last] if last_only else q
+        x = block.residual(q, attended)
+        if block.ffn is not None:
+            g = block.ffn_norm(x)
+            x = block.residual(g, block.drop(packed_ffn(block.ffn, g)))
+    return x
+
+
+class PackedSequenceEncoder(SequenceEncoder):
+    """:class:`models.transformer.SequenceEncoder`, same parameters and interface, computed on packed rows."""
+
+    def forward(self, items: torch.Tensor, need_weights: bool = False,
+                last_only: bool = False) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        if need_weights:  # attention maps for a heat map: the plain equations, which compute the weights anyway
+            return super().forward(items, need_weights, last_only)
+        self.check_length(items)
+        B, T = items.shape
+        present = self.real_positions(items, last_only)
+        index = present.flatten().nonzero().squeeze(1)
+        layout = Layout(index, (B, T), self.attention_mask(present), present.sum(1).cumsum(0) - 1)
+        x = self.embed(items.flatten()[index], self.position_ids(present).flatten()[index])
+        for number, block in enumerate(self.blocks, start=1):
+            x = packed_block(block, x, layout, last_only and number == len(self.blocks))
+        return self.final_norm(x), [None] * len(self.blocks)
+
+
+class SoftmaxCrossEntropy(torch.autograd.Function):
+    """Mean over rows of −log softmax(h Eᵀ + b)[target], the full-softmax loss of BERT4Rec (eq. 8) and
+    SASRec-CE, without ever holding the whole (rows × items) logit matrix: it is computed in chunks of rows,
+    forward keeps only each row's log-normaliser, and backward recomputes a chunk's softmax from it. Runs in
+    float32 whatever the autocast state. Use through :func:`softmax_cross_entropy`."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk):
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w, b = hidden.float(), weight.float(), bias.float()
+            log_norm = torch.cat([torch.addmm(b, h[i:i + chunk], w.T).logsumexp(-1)
+                                  for i in range(0, len(h), chunk)])
+            target_logit = (h * w[targets]).sum(-1) + b[targets]
+        ctx.save_for_backward(hidden, weight, bias, targets, log_norm)
+        ctx.chunk = chunk
+        return (log_norm - target_logit).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight, bias, targets, log_norm = ctx.saved_tensors
+        h, w, b = hidden.float(), weight.float(), bias.float()
+        grad_h, grad_w, grad_b = torch.empty_like(h), torch.zeros_like(w), torch.zeros_like(b)
+        scale = grad.float() / len(h)
+        for i in range(0, len(h), ctx.chunk):
+            rows = slice(i, i + ctx.chunk)
+            p = torch.addmm(b, h[rows], w.T).sub_(log_norm[rows, None]).exp_()  # softmax of the chunk
+            p[torch.arange(len(p), device=p.device), targets[rows]] -= 1.0  # minus the one-hot target
+            p.mul_(scale)
+            grad_h[rows] = p @ w
+            grad_w.addmm_(p.T, h[rows])
+            grad_b += p.sum(0)
+        return grad_h.to(hidden.dtype), grad_w.to(weight.dtype), grad_b.to(bias.dtype), None, None
+
+
+def softmax_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                          bias: torch.Tensor | None = None, chunk_elements: int = 2 ** 24) -> torch.Tensor:
+    """``F.cross_entropy(hidden @ weight.T + bias, targets)`` for (M, d) hidden rows against (V, d) output
+    embeddings, in chunks of about ``chunk_elements`` logits (64 MB)."""
+    if bias is None:
+        bias = torch.zeros(len(weight), device=weight.device, dtype=weight.dtype)
+    return SoftmaxCrossEntropy.apply(hidden, weight, bias, targets, max(1, chunk_elements // len(weight)))
+
+
+def trim_padding(items: torch.Tensor, *aligned: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Drop the columns that are padding in every row (left-padded batches), from ``items`` and from the
+    tensors ``aligned`` with it. Neither position scheme depends on them, so results do not change; work does."""
+    used = (items != PAD).any(0)
+    first = int(used.float().argmax()) if bool(used.any()) else items.shape[1] - 1
+    return tuple(t[:, first:] for t in (items, *aligned))
