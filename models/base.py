@@ -26,6 +26,22 @@ from datasets.sequences import Histories
 Validator = Callable[["Recommender"], dict]
 
 
+def show(value) -> str:
+    """A setting's value as a user would type it after ``--set field=``: ``true``, ``0.001``, ``'abc'``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return repr(value)
+
+
+def require(settings, condition: bool, field: str, rule: str) -> None:
+    """The one shape of a setting's error, raised by the ``__post_init__`` of every config dataclass (model
+    configs and the trainer's settings): ``heads=3 must divide hidden=64``. The harness prefixes the model."""
+    if not condition:
+        raise ValueError(f"{field}={show(getattr(settings, field))} must {rule}")
+
+
 class Recommender(ABC):
     """Base of all models, neural or not. A model without gradient training (POP) also defines
     ``fit(train) -> dict``, its fit report (epochs run, best epoch, the validation curve, train seconds)."""
