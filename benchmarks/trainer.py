@@ -20,9 +20,36 @@ from datasets.sequences import Histories
 from models.base import NeuralRecommender, Recommender, Validator
 
 
+OPTIMIZERS = ("adam", "adamw", "adagrad", "sgd")
+
+
+class GRU4RecAdagrad(torch.optim.Optimizer):
+    """Adagrad as GRU4Rec's authors' code computes it: G ← G + g², θ ← θ − lr · (g / √(G + ε) + λ θ), with
+    ε = 1e-6 inside the root (``torch.optim.Adagrad`` adds its ε outside) and the L2 term λ θ outside the
+    scaling. A parameter row whose gradient is zero keeps its G, as in the code's sparse updates of sampled rows."""
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0, eps: float = 1e-6):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["sum"] = torch.zeros_like(p)
+                state["sum"].addcmul_(p.grad, p.grad)
+                if group["weight_decay"]:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.addcdiv_(p.grad, (state["sum"] + group["eps"]).sqrt_(), value=-group["lr"])
+
+
 @dataclass
 class TrainSettings:
-    optimizer: str = "adam"  # "adam" (L2 folded into the gradient) or "adamw" (decoupled weight decay)
+    optimizer: str = "adam"  # "adam" (L2 folded into the gradient), "adamw" (decoupled weight decay), "adagrad"
+    # (GRU4Rec's form, see GRU4RecAdagrad) or "sgd" (plain, as NCF fine-tunes a pre-trained NeuMF)
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
@@ -43,8 +70,8 @@ class TrainSettings:
     seed: int = 0  # shuffling, negatives and masks drawn during training
 
     def __post_init__(self):
-        if self.optimizer not in ("adam", "adamw"):
-            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.decay not in ("linear", "none"):
             raise ValueError(f"decay must be 'linear' or 'none', got {self.decay!r}")
         if self.batch_size < 1 or self.max_epochs < 1 or self.patience < 1 or self.valid_every < 1:
@@ -78,12 +105,15 @@ class Trainer:
 
     def _optimizer(self, model: NeuralRecommender) -> torch.optim.Optimizer:
         s = self.settings
-        kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
-        fused = model.device.type == "cuda"
         # A model may split its parameters into groups with their own settings through an optional
         # ``parameter_groups()`` (BERT4Rec: no weight decay on biases and LayerNorm, as its official code).
         groups = model.parameter_groups() if hasattr(model, "parameter_groups") else model.parameters()
-        return kind(groups, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, fused=fused)
+        if s.optimizer == "adagrad":
+            return GRU4RecAdagrad(groups, lr=s.lr, weight_decay=s.weight_decay)
+        if s.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=s.lr, weight_decay=s.weight_decay)
+        kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
+        return kind(groups, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, fused=model.device.type == "cuda")
 
     def _schedule(self, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
         warmup, linear = self.settings.warmup_steps, self.settings.decay == "linear"
@@ -127,7 +157,9 @@ class Trainer:
         while not state["finished"]:
             epoch = state["epoch"] + 1
             model.train()
-            order = torch.randperm(n_examples, generator=generator, device=device)
+            # Rows that are consecutive steps of one schedule (GRU4Rec's session-parallel mini-batches) keep order.
+            order = (torch.arange(n_examples, device=device) if model.ordered_examples
+                     else torch.randperm(n_examples, generator=generator, device=device))
             loss_sum, out_of_time = 0.0, False
             for b in range(batches_per_epoch):
                 rows = order[b * s.batch_size:(b + 1) * s.batch_size]

@@ -98,7 +98,13 @@ class NeuralRecommender(nn.Module, Recommender):
     @abstractmethod
     def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
         """Row-aligned CPU tensors, one row per training example; the trainer moves them to the device once
-        and slices shuffled row batches from them every epoch."""
+        and slices shuffled row batches from them every epoch (in row order when :attr:`ordered_examples`)."""
+
+    @property
+    def ordered_examples(self) -> bool:
+        """True when the rows of :meth:`training_examples` are consecutive steps that must be visited in order
+        every epoch, never shuffled (GRU4Rec's session-parallel mini-batches carry a hidden state across them)."""
+        return False
 
     @abstractmethod
     def loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:

@@ -99,7 +99,7 @@ def test_time_budget_stops_training():
 
 def test_bad_settings_and_devices_are_explained():
     with pytest.raises(ValueError, match="optimizer must be"):
-        TrainSettings(optimizer="sgd")
+        TrainSettings(optimizer="rmsprop")
     with pytest.raises(ValueError, match="unknown device"):
         resolve_device("tpu")
     if not torch.cuda.is_available():
