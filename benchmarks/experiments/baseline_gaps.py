@@ -38,6 +38,7 @@ from datasets.sequences import Histories, LeaveOneOutSplit
 from models import model_class
 
 PRETRAIN = "pretrain"
+SCORE_MAX_LEN = "score_max_len"
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -98,24 +99,34 @@ class Runs:
                 towers[tower], self.split.train(), None)
         return cls.from_towers(towers["gmf"], towers["mlp"], alpha=0.5)
 
-    def run(self, model_config, settings, train: Histories, validate, evaluator, pretrain_epochs: int) -> dict:
-        started = time.perf_counter()
-        model = self.build(model_config, settings.seed, pretrain_epochs, evaluator, settings)
-        fit = Trainer(settings).fit(model, train, validate)
+    def test(self, model, evaluator: Evaluator) -> dict:
         metrics = {}
         for protocol in ("pop100", "full"):
             m = evaluator.evaluate(model, "test", protocol, self.args.model).metrics
             metrics[protocol] = {name: round(value, 4) for name, value in m.items()}
+        return metrics
+
+    def run(self, model_config, settings, train: Histories, validate, evaluator, pretrain_epochs: int,
+            score_max_len: int = 0) -> dict:
+        started = time.perf_counter()
+        model = self.build(model_config, settings.seed, pretrain_epochs, evaluator, settings)
+        fit = Trainer(settings).fit(model, train, validate)
+        metrics = self.test(model, evaluator)
+        longer = {}
+        if score_max_len:
+            model.config = dataclasses.replace(model.config, max_len=score_max_len)
+            longer = {f"metrics_reading_{score_max_len}_items": self.test(model, evaluator)}
         curve = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in record.items()
                   if k in ("epoch", "loss", f"valid_{settings.valid_metric}")} for record in fit["curve"]]
         return {"epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
                 "train_seconds": round(fit["train_seconds"], 1), "seconds": round(time.perf_counter() - started, 1),
-                "metrics": metrics, "curve": curve}
+                "metrics": metrics, **longer, "curve": curve}
 
     def variant(self, overrides: list[str], seed: int) -> dict:
-        pretrain = [o for o in overrides if o.startswith(PRETRAIN + "=")]
-        overrides = [o for o in overrides if o not in pretrain]
-        pretrain_epochs = int(pretrain[0].split("=", 1)[1]) if pretrain else 0
+        pseudo = {o.split("=", 1)[0]: int(o.split("=", 1)[1]) for o in overrides
+                  if o.startswith((PRETRAIN + "=", SCORE_MAX_LEN + "="))}
+        overrides = [o for o in overrides if o.split("=", 1)[0] not in pseudo]
+        pretrain_epochs = pseudo.get(PRETRAIN, 0)
         model_config, settings = self.config(overrides, seed)
         evaluator = Evaluator(self.split, seed=seed, cache_dir=self.negatives_dir)
         valid_users = validation_users(settings, self.data.n_users, seed)
@@ -128,7 +139,7 @@ class Runs:
                "train_settings": {k: v for k, v in dataclasses.asdict(settings).items()
                                   if k not in ("progress", "checkpoint")},
                "protocol_run": self.run(model_config, settings, self.split.train(), validate, evaluator,
-                                        pretrain_epochs)}
+                                        pretrain_epochs, pseudo.get(SCORE_MAX_LEN, 0))}
         if self.args.merge_valid:
             refit = dataclasses.replace(settings, max_epochs=max(1, row["protocol_run"]["best_epoch"]))
             row["merged_valid_run"] = self.run(model_config, refit, self.train_with_valid_item, None, evaluator,
