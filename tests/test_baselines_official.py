@@ -269,3 +269,24 @@ def test_ncf_from_towers_starts_as_the_alpha_mix_of_gmf_and_mlp():
         expected = 0.5 * gmf.logits(users, items) + 0.5 * mlp.logits(users, items)
         torch.testing.assert_close(neumf.logits(users, items), expected)
         torch.testing.assert_close(neumf.score(users, None, None).gather(1, items), expected)
+
+
+def test_in_batch_negatives_never_reach_an_item_that_is_no_target():
+    """Issue 13's mechanism: GRU4Rec's negatives are the step's other targets, so an item that is no target of a
+    step gets no gradient from it and its score is never pushed down (rare items drift up the full ranking);
+    GRU4Rec+'s additional samples reach such items."""
+    train = histories([np.array([1, 2, 3, 4]), np.array([5, 6, 7, 8]), np.array([2, 6, 3, 7])])
+    gru = small_gru4rec()
+    plus = GRU4RecPlus(3, 30, GRU4RecPlusConfig(hidden=8, session_batch=3, n_sample=500, sample_alpha=0.0))
+    for model in (gru, plus):
+        rows = model.training_examples(train)  # GRU4Rec+ samples from the items seen here: 1..8
+        model.loss({k: v[:1] for k, v in rows.items()}, torch.Generator().manual_seed(0)).backward()
+        touched = model.output.weight.grad.abs().sum(1) > 0
+        assert touched[rows["targets"][0]].all()
+        others = torch.ones(31, dtype=torch.bool)
+        others[rows["targets"][0]] = False
+        others[0] = False
+        if model is gru:
+            assert not touched[others].any()
+        else:
+            assert touched[others].any() and not touched[9:].any()  # seen non-targets reached, unseen items not
