@@ -1,4 +1,5 @@
-"""Optimisers and learning-rate schedules the authors' code uses and PyTorch does not ship.
+"""Optimisers and learning-rate schedules the authors' code uses and PyTorch does not ship: BERT's (below) and
+GRU4Rec's Adagrad (:class:`GRU4RecAdagrad`).
 
 :class:`AdamWeightDecay` is BERT's ``AdamWeightDecayOptimizer`` (``optimization.py`` of google-research/bert,
 which the BERT4Rec authors' code uses as it is), and :func:`bert_schedule` the learning rate of BERT's
@@ -54,3 +55,26 @@ def bert_schedule(step: int, warmup_steps: int, total_steps: int) -> float:
     if warmup_steps and step < warmup_steps:
         return step / warmup_steps
     return 1.0 - min(step, total_steps) / total_steps
+
+
+class GRU4RecAdagrad(torch.optim.Optimizer):
+    """Adagrad as GRU4Rec's authors' code computes it: G ← G + g², θ ← θ − lr · (g / √(G + ε) + λ θ), with
+    ε = 1e-6 inside the root (``torch.optim.Adagrad`` adds its ε outside) and the L2 term λ θ outside the
+    scaling. A parameter row whose gradient is zero keeps its G, as in the code's sparse updates of sampled rows."""
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0, eps: float = 1e-6):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["sum"] = torch.zeros_like(p)
+                state["sum"].addcmul_(p.grad, p.grad)
+                if group["weight_decay"]:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.addcdiv_(p.grad, (state["sum"] + group["eps"]).sqrt_(), value=-group["lr"])

@@ -23,24 +23,26 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.evaluator import PROTOCOLS, check_metric_name
-from benchmarks.optim import AdamWeightDecay, bert_schedule
+from benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
 from benchmarks.relevance import SELECTION_METRICS
 from datasets.sequences import Histories
 from models.base import NeuralRecommender, Recommender, Validator
 from models.base import require as require_setting
+from models.base import require_choice
 
 
 FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)
 
 
-OPTIMIZERS = ("adam", "adamw", "adam-weight-decay")
+OPTIMIZERS = ("adam", "adamw", "adam-weight-decay", "adagrad", "sgd")
 DECAYS = ("none", "linear", "polynomial")
 
 
 @dataclass
 class TrainSettings:
-    optimizer: str = "adam"  # "adam" (L2 folded into the gradient), "adamw" (decoupled weight decay) or
-    # "adam-weight-decay" (BERT's AdamWeightDecayOptimizer: decoupled weight decay, no bias correction)
+    optimizer: str = "adam"  # "adam" (L2 folded into the gradient), "adamw" (decoupled weight decay),
+    # "adam-weight-decay" (BERT's AdamWeightDecayOptimizer: decoupled weight decay, no bias correction), "adagrad"
+    # (GRU4Rec's form, see benchmarks.optim.GRU4RecAdagrad) or "sgd" (plain, as NCF fine-tunes a pre-trained NeuMF)
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
@@ -70,7 +72,7 @@ class TrainSettings:
 
         self.betas = tuple(self.betas)
         for field, choices in (("optimizer", OPTIMIZERS), ("decay", DECAYS)):
-            require(getattr(self, field) in choices, field, f"be one of {', '.join(choices)}")
+            require_choice(self, field, choices)
         require(self.lr > 0, "lr", "be > 0")
         require(self.eps > 0, "eps", "be > 0")
         require(self.max_steps is None or self.max_steps >= 1, "max_steps", "be >= 1, or none (max_epochs decides)")
@@ -118,6 +120,10 @@ class Trainer:
         groups = model.parameter_groups() if hasattr(model, "parameter_groups") else model.parameters()
         if s.optimizer == "adam-weight-decay":
             return AdamWeightDecay(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay)
+        if s.optimizer == "adagrad":
+            return GRU4RecAdagrad(groups, lr=s.lr, weight_decay=s.weight_decay)
+        if s.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=s.lr, weight_decay=s.weight_decay)
         kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
         return kind(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay,
                     fused=model.device.type == "cuda")
@@ -169,7 +175,9 @@ class Trainer:
         while not state["finished"]:
             epoch = state["epoch"] + 1
             model.train()
-            order = torch.randperm(n_examples, generator=generator, device=device)
+            # Rows that are consecutive steps of one schedule (GRU4Rec's session-parallel mini-batches) keep order.
+            order = (torch.arange(n_examples, device=device) if model.ordered_examples
+                     else torch.randperm(n_examples, generator=generator, device=device))
             # The hot loop never waits for the device: losses stay there (their running sum in float64, the last
             # FINITE_CHECK_STEPS of them for the divergence check) until the check and the epoch's end.
             loss_sum = torch.zeros((), dtype=torch.float64, device=device)

@@ -42,6 +42,11 @@ def require(settings, condition: bool, field: str, rule: str) -> None:
         raise ValueError(f"{field}={show(getattr(settings, field))} must {rule}")
 
 
+def require_choice(settings, field: str, choices) -> None:
+    """``require`` for a setting that takes one of a few names: ``loss='xyz' must be one of top1, bpr``."""
+    require(settings, getattr(settings, field) in choices, field, f"be one of {', '.join(map(str, choices))}")
+
+
 class Recommender(ABC):
     """Base of all models, neural or not. A model without gradient training (POP) also defines
     ``fit(train) -> dict``, its fit report (epochs run, best epoch, the validation curve, train seconds)."""
@@ -98,7 +103,13 @@ class NeuralRecommender(nn.Module, Recommender):
     @abstractmethod
     def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
         """Row-aligned CPU tensors, one row per training example; the trainer moves them to the device once
-        and slices shuffled row batches from them every epoch."""
+        and slices shuffled row batches from them every epoch (in row order when :attr:`ordered_examples`)."""
+
+    @property
+    def ordered_examples(self) -> bool:
+        """True when the rows of :meth:`training_examples` are consecutive steps that must be visited in order
+        every epoch, never shuffled (GRU4Rec's session-parallel mini-batches carry a hidden state across them)."""
+        return False
 
     @abstractmethod
     def loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:

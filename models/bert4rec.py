@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender
-from models.transformer import (POSITIONS, EncoderConfig, check_choice, check_encoder_fields, sliding_windows,
+from models.base import NeuralRecommender, require_choice
+from models.transformer import (POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows,
                                 window_matrix)
 from models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
 
@@ -90,8 +90,8 @@ class BERT4RecConfig:
         if not 0.0 < self.window_step <= 1.0 or int(self.window_step * self.max_len) < 1:
             raise ValueError(f"window_step={self.window_step} must be in (0, 1] with int(window_step·max_len) >= 1 "
                              f"(max_len={self.max_len})")
-        check_choice("positions", self.positions, POSITIONS)
-        check_choice("softmax_classes", self.softmax_classes, SOFTMAX_CLASSES)
+        require_choice(self, "positions", POSITIONS)
+        require_choice(self, "softmax_classes", SOFTMAX_CLASSES)
 
 
 class BERT4Rec(NeuralRecommender):

@@ -1,19 +1,26 @@
 """Caser: horizontal and vertical convolutions over the last L item embeddings, plus a user embedding.
 
-Tang & Wang, "Personalized Top-N Sequential Recommendation via Convolutional Sequence Embedding", WSDM 2018.
+Tang & Wang, "Personalized Top-N Sequential Recommendation via Convolutional Sequence Embedding", WSDM 2018;
+built as the first author's PyTorch port (``graytowne/caser_pytorch``, the code the BERT4Rec paper ran) builds it.
 
 - Embedding look-up: E = [Q_{S_{t-L}}; …; Q_{S_{t-1}}] ∈ R^{L×d}, user embedding P_u ∈ R^d.
 - Horizontal convolutional layer: for each height h ∈ {1..L}, n_h filters F ∈ R^{h×d} slide over the rows,
   c_i = φ_c(E_{i:i+h-1} ⊙ F), and max pooling keeps o = max_i c_i per filter (union-level patterns of any length).
 - Vertical convolutional layer: n_v filters F̃ ∈ R^{L×1}, c̃ = Σ_l F̃_l · E_l (a learned weighted sum of the L
-  rows; point-level patterns), o' = [c̃^1 … c̃^{n_v}] ∈ R^{d·n_v}.
+  rows, plus a bias; point-level patterns, no activation), o' = [c̃^1 … c̃^{n_v}] ∈ R^{d·n_v}.
 - Fully-connected layer: z = φ_a(W [o; o'] + b) ∈ R^d, dropout on [o; o'].
 - Output layer: y^{(u,t)} = W' [z; P_u] + b', one score per item.
-- Loss (the negative log-likelihood, i.e. binary cross-entropy): each window of L items predicts the next T
-  items ("skip" behaviour): −Σ_{i ∈ next T} log σ(y_i) − Σ_j log(1 − σ(y_j)), with negatives j drawn
-  uniformly from the items the user never had, 3 per target (§4).
-φ_c = φ_a = ReLU. Windows whose L inputs reach before the sequence's start are padded with a zero embedding,
-so short sequences still train (the first window reads only padding and learns from P_u alone).
+- Loss (binary cross-entropy): each training window of L items predicts its next T items ("skip" behaviour),
+  L = −mean_{i ∈ next T} log σ(y_i) − mean_j log(1 − σ(y_j)), with ``negatives`` items j per window drawn
+  uniformly, with replacement, from the items the user never had in training. The port draws 3 per window (its
+  docstring and the paper say 3 per target, and the MATLAB original draws 3·T); ``negatives`` counts per window.
+- Windows (the port's ``to_sequence``): a sliding window of L + T items, step 1, over each training sequence, so
+  the first target of a sequence is its (L+1)-th item; a sequence shorter than L + T gives one window, left-padded
+  with item 0 (PAD). ``pad_windows`` (our earlier choice, kept as a switch) also trains the windows whose L inputs
+  reach before the sequence's start, so every item is a first target (the first one predicted from PAD and P_u).
+- Initialisation (the port): P, Q ~ N(0, (1/d)²), W' ~ N(0, (1/2d)²), b' = 0, convolutions and W, b PyTorch's
+  defaults. PAD has an ordinary, trained embedding row, as in the port.
+φ_c = φ_a = ReLU (the port's and the MATLAB original's defaults).
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender
+from models.base import NeuralRecommender, require
 from models.sampling import InteractionSet, dropout, uniform_negatives
 
 
@@ -37,22 +44,35 @@ class CaserConfig:
     n_h: int = 16  # horizontal filters per height h = 1..L
     n_v: int = 4  # vertical filters
     dropout: float = 0.5  # on the concatenated convolution features
-    negatives: int = 3  # negatives per target
+    negatives: int = 3  # negatives per window
+    pad_windows: bool = False  # also train windows whose inputs reach before the sequence's start
+
+    def __post_init__(self):
+        for field in ("hidden", "L", "T", "n_h", "n_v", "negatives"):
+            require(self, getattr(self, field) >= 1, field, "be >= 1")
+        require(self, 0 <= self.dropout < 1, "dropout", "be in [0, 1)")
 
 
-def caser_windows(train: Histories, L: int, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every (user, L previous items, next T items) of the training sequences: a window starts at each
-    position k with k + T <= n; inputs before the sequence's start are PAD."""
+def caser_windows(train: Histories, L: int, T: int, pad_windows: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (user, L previous items, next T items) training window (module docstring), positions outside the
+    sequence PAD. A window is named by its first target's position k in the sequence: the port's windows have
+    k >= L and k + T <= n, or, when n < L + T, the one window k = n - T (its padded positions before the start);
+    ``pad_windows`` takes every k with k + T <= n."""
     lengths = train.lengths
     row_of = np.repeat(np.arange(len(train), dtype=np.int64), lengths)
     local = np.arange(len(row_of), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    first = np.flatnonzero(local + T <= lengths[row_of])  # windows whose T targets all exist
-    starts = train.offsets[row_of[first]]
-    g = starts + local[first]  # flat index of each window's first target
-    inputs_index = g[:, None] - L + np.arange(L)[None, :]
-    inputs = np.where(inputs_index >= starts[:, None], train.items[np.maximum(inputs_index, 0)], PAD)
-    targets = train.items[g[:, None] + np.arange(T)[None, :]]
-    return train.users[row_of[first]], inputs, targets
+    n = lengths[row_of]
+    if pad_windows:
+        keep = local + T <= n
+    else:
+        keep = ((local >= L) & (local + T <= n)) | ((n < L + T) & (local == 0))  # one row per short sequence
+    first = np.flatnonzero(keep)
+    k = np.where(pad_windows | (n[first] >= L + T), local[first], n[first] - T)
+    starts, ends = train.offsets[row_of[first]], train.offsets[row_of[first]] + n[first]
+    index = (starts + k)[:, None] + np.arange(-L, T)[None, :]  # flat positions of the L inputs and T targets
+    inside = (index >= starts[:, None]) & (index < ends[:, None])
+    window = np.where(inside, train.items[np.clip(index, 0, len(train.items) - 1)], PAD)
+    return train.users[row_of[first]], window[:, :L], window[:, L:]
 
 
 class Caser(NeuralRecommender):
@@ -62,9 +82,7 @@ class Caser(NeuralRecommender):
     def __init__(self, n_users: int, n_items: int, config: CaserConfig):
         super().__init__(n_users, n_items, config)
         d, L = config.hidden, config.L
-        if min(d, L, config.T, config.n_h, config.n_v, config.negatives) < 1:
-            raise ValueError(f"{self.name}: hidden, L, T, n_h, n_v and negatives must all be >= 1; got {config}")
-        self.item_embedding = nn.Embedding(n_items + 1, d, padding_idx=PAD)  # Q
+        self.item_embedding = nn.Embedding(n_items + 1, d)  # Q, PAD included
         self.user_embedding = nn.Embedding(n_users, d)  # P
         self.horizontal = nn.ModuleList(nn.Conv2d(1, config.n_h, (h, d)) for h in range(1, L + 1))
         self.vertical = nn.Conv2d(1, config.n_v, (L, 1))
@@ -72,9 +90,7 @@ class Caser(NeuralRecommender):
         self.output = nn.Embedding(n_items + 1, 2 * d)  # W'
         self.output_bias = nn.Parameter(torch.zeros(n_items + 1))  # b'
         for table in (self.item_embedding, self.user_embedding, self.output):
-            nn.init.normal_(table.weight, std=1.0 / d)  # small Gaussian, shrinking with d
-        with torch.no_grad():
-            self.item_embedding.weight[PAD].zero_()
+            nn.init.normal_(table.weight, std=1.0 / table.embedding_dim)
         self.seen: InteractionSet | None = None
 
     @property
@@ -91,13 +107,13 @@ class Caser(NeuralRecommender):
 
     def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
         self.seen = InteractionSet(train, self.n_items)
-        users, inputs, targets = caser_windows(train, self.config.L, self.config.T)
+        users, inputs, targets = caser_windows(train, self.config.L, self.config.T, self.config.pad_windows)
         return {"users": torch.from_numpy(users), "inputs": torch.from_numpy(inputs),
                 "targets": torch.from_numpy(targets)}
 
     def loss(self, batch, generator):
         users, targets = batch["users"], batch["targets"]
-        shape = (len(users), self.config.T * self.config.negatives)
+        shape = (len(users), self.config.negatives)
         negatives = uniform_negatives(self.n_items, shape, generator, users.device, users[:, None], self.seen)
         x = self.represent(users, batch["inputs"], generator)
         positive = (x[:, None, :] * self.output(targets)).sum(-1) + self.output_bias[targets]

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender
+from models.base import NeuralRecommender, require
 from models.sampling import InteractionSet, uniform_negatives
 
 
@@ -32,6 +32,11 @@ class FPMCConfig:
     hidden: int = 64  # k_{U,I} = k_{I,L}: both factorisations' dimension
     reg: float = 1e-4  # λ of S-BPR, per example
     init_std: float = 0.01  # Gaussian initialisation of every factor
+
+    def __post_init__(self):
+        require(self, self.hidden >= 1, "hidden", "be >= 1")
+        require(self, self.reg >= 0, "reg", "be >= 0")
+        require(self, self.init_std > 0, "init_std", "be > 0")
 
 
 class FPMC(NeuralRecommender):

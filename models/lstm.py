@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datasets.sequences import PAD
+from models.base import require
 from models.recurrent import RecurrentRecommender, run_rnn
 from models.sampling import dropout
 
@@ -31,6 +32,11 @@ class LSTMConfig:
     layers: int = 1  # stacked LSTM layers
     dropout: float = 0.2  # on the item vectors and on the user vector
     max_len: int = 200  # steps per training window and history length read when scoring
+
+    def __post_init__(self):
+        for field in ("hidden", "layers", "max_len"):
+            require(self, getattr(self, field) >= 1, field, "be >= 1")
+        require(self, 0 <= self.dropout < 1, "dropout", "be in [0, 1)")
 
 
 class LSTM(RecurrentRecommender):

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from datasets.sequences import PAD, Histories
+from models.base import require
 from models.lstm import LSTM, LSTMConfig
 from models.recurrent import windows_per_user
 from models.relevance import RelevanceModel
@@ -30,8 +31,8 @@ class LSTMRelevanceConfig(LSTMConfig):
     negatives: int = 1  # k sampled negative candidates per positive
 
     def __post_init__(self):
-        if self.negatives < 1:
-            raise ValueError(f"negatives must be >= 1, got {self.negatives}")
+        super().__post_init__()
+        require(self, self.negatives >= 1, "negatives", "be >= 1")
 
 
 class LSTMRelevance(RelevanceModel, LSTM):

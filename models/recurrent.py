@@ -65,8 +65,6 @@ class RecurrentRecommender(NeuralRecommender):
 
     def __init__(self, n_users: int, n_items: int, config, hidden: int):
         super().__init__(n_users, n_items, config)
-        if config.max_len < 1:
-            raise ValueError(f"{type(self).__name__}: max_len must be >= 1, got {config.max_len}")
         self.output = nn.Embedding(n_items + 1, hidden)
         self.output_bias = nn.Parameter(torch.zeros(n_items + 1))
         # Glorot-uniform over (hidden, items), GRU4Rec's initialisation of its output layer: scores start near 0

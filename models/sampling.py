@@ -29,15 +29,18 @@ class InteractionSet:
         return self.keys[position] == query if len(self.keys) else torch.zeros_like(query, dtype=torch.bool)
 
 
-def uniform_negatives(n_items: int, shape: tuple, generator: torch.Generator, device: torch.device,
-                      users: torch.Tensor | None = None, exclude: InteractionSet | None = None,
-                      retries: int = 5) -> torch.Tensor:
-    """Items drawn uniformly from 1..n_items; with ``exclude``, redrawn (a few times) where the user had them.
+def support_weights(train: Histories, n_items: int, alpha: float) -> torch.Tensor:
+    """``supp_i^α`` indexed by item id: each item's training interaction count raised to ``alpha`` (α = 1
+    popularity, α = 0 every item seen in training alike); padding and items never seen in training get 0."""
+    support = torch.from_numpy(np.bincount(train.items, minlength=n_items + 1)).double()
+    return (support.pow(alpha) * (support > 0)).float()
 
-    ``users`` broadcasts against ``shape``. After ``retries`` redraws a rare collision is kept rather than
-    looping forever on a user who interacted with almost every item.
-    """
-    negatives = torch.randint(1, n_items + 1, shape, generator=generator, device=device)
+
+def _avoid(draw, shape: tuple, users: torch.Tensor | None, exclude: InteractionSet | None,
+           retries: int) -> torch.Tensor:
+    """``draw(shape)``, redrawn (a few times) where ``exclude`` holds the (user, item) pair. After ``retries``
+    redraws a rare collision is kept rather than looping forever on a user who had almost every item."""
+    negatives = draw(shape)
     if exclude is None:
         return negatives
     users = users.expand(shape) if users.shape != shape else users
@@ -45,17 +48,28 @@ def uniform_negatives(n_items: int, shape: tuple, generator: torch.Generator, de
         clash = exclude.contains(users, negatives)
         if not clash.any():
             break
-        redraw = torch.randint(1, n_items + 1, shape, generator=generator, device=device)
-        negatives = torch.where(clash, redraw, negatives)
+        negatives = torch.where(clash, draw(shape), negatives)
     return negatives
 
 
-def popularity_negatives(weights: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
-    """``n`` item ids drawn with replacement with probability ∝ ``weights`` (indexed by item id, 0 = padding).
+def uniform_negatives(n_items: int, shape: tuple, generator: torch.Generator, device: torch.device,
+                      users: torch.Tensor | None = None, exclude: InteractionSet | None = None,
+                      retries: int = 5) -> torch.Tensor:
+    """Items drawn uniformly from 1..n_items; with ``exclude``, redrawn where the user had them (``users``
+    broadcasts against ``shape``)."""
+    return _avoid(lambda size: torch.randint(1, n_items + 1, size, generator=generator, device=device),
+                  shape, users, exclude, retries)
 
-    Callers pass e.g. training interaction counts raised to a power (GRU4Rec+'s ``supp^α``).
-    """
-    return torch.multinomial(weights, n, replacement=True, generator=generator)
+
+def weighted_negatives(weights: torch.Tensor, shape: tuple, generator: torch.Generator,
+                       users: torch.Tensor | None = None, exclude: InteractionSet | None = None,
+                       retries: int = 5) -> torch.Tensor:
+    """Items drawn with replacement with probability ∝ ``weights`` (indexed by item id, 0 = padding, e.g.
+    :func:`support_weights`); with ``exclude``, redrawn where the user had them."""
+    def draw(size):
+        n = int(np.prod(size))
+        return torch.multinomial(weights, n, replacement=True, generator=generator).view(size)
+    return _avoid(draw, tuple(shape), users, exclude, retries)
 
 
 def dropout(x: torch.Tensor, p: float, generator: torch.Generator | None) -> torch.Tensor:

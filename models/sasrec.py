@@ -42,9 +42,9 @@ import torch
 import torch.nn.functional as F
 
 from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender
+from models.base import NeuralRecommender, require_choice
 from models.sampling import InteractionSet, uniform_negatives
-from models.transformer import (INITS, EncoderConfig, check_choice, check_encoder_fields, sliding_windows,
+from models.transformer import (INITS, EncoderConfig, check_encoder_fields, sliding_windows,
                                 window_matrix)
 from models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy, trim_padding
 
@@ -73,8 +73,8 @@ class SASRecConfig:
 
     def __post_init__(self):
         check_encoder_fields(self)
-        check_choice("block", self.block, tuple(SASREC_BLOCKS))
-        check_choice("init", self.init, INITS)
+        require_choice(self, "block", tuple(SASREC_BLOCKS))
+        require_choice(self, "init", INITS)
         if not 0.0 <= self.window_step <= 1.0:
             raise ValueError(f"window_step={self.window_step} must be in [0, 1] (a fraction of max_len)")
 

@@ -45,16 +45,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from datasets.sequences import PAD, Histories
+from models.base import require_choice
 
 ACTIVATIONS = ("gelu", "relu")
 BLOCKS = ("post-ln", "pre-ln", "sasrec")
 POSITIONS = ("start", "end")
 INITS = ("truncated_normal", "xavier")
-
-
-def check_choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} must be one of {', '.join(map(repr, choices))}")
 
 
 def check_encoder_fields(config) -> None:
@@ -102,7 +98,7 @@ class EncoderConfig:
     def __post_init__(self):
         for name, choices in (("activation", ACTIVATIONS), ("block", BLOCKS), ("positions", POSITIONS),
                               ("init", INITS)):
-            check_choice(name, getattr(self, name), choices)
+            require_choice(self, name, choices)
 
 
 def layer_norm(config: EncoderConfig) -> nn.Module:

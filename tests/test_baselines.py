@@ -18,6 +18,7 @@ from benchmarks.evaluator import Evaluator
 from benchmarks.trainer import Trainer, TrainSettings
 from datasets.sequences import PAD, Histories, LeaveOneOutSplit, SequenceData
 from models import model_class, model_names
+from models.base import show
 from models.caser import caser_windows
 from models.recurrent import right_align, sequence_windows
 
@@ -26,10 +27,12 @@ RECURRENT = ("gru4rec", "gru4rec+", "lstm")
 
 # Small networks and short training: enough to learn the chain in a few seconds each on one CPU thread.
 SMALL = {
-    "ncf": (dict(factors=16, mlp_layers=(64, 32, 16)), dict(lr=5e-3, batch_size=512, max_epochs=30)),
+    "ncf": (dict(factors=16, mlp_layers=(64, 32, 16)), dict(lr=5e-3, batch_size=2048, max_epochs=30)),
     "fpmc": (dict(hidden=32), dict(lr=1e-2, batch_size=512, max_epochs=15)),
-    "gru4rec": (dict(hidden=32, max_len=30), dict(lr=1e-2, batch_size=32, max_epochs=15)),
-    "gru4rec+": (dict(hidden=32, max_len=30, n_sample=128), dict(lr=1e-2, batch_size=32, max_epochs=15)),
+    "gru4rec": (dict(hidden=32, max_len=30, session_batch=32),
+                dict(optimizer="adagrad", lr=0.05, batch_size=1, max_epochs=15)),
+    "gru4rec+": (dict(hidden=32, max_len=30, session_batch=32, n_sample=128),
+                 dict(optimizer="adagrad", lr=0.05, batch_size=1, max_epochs=15)),
     "caser": (dict(hidden=32), dict(lr=1e-2, batch_size=512, max_epochs=15)),
     "lstm": (dict(hidden=32, max_len=30), dict(lr=1e-2, batch_size=32, max_epochs=15)),
 }
@@ -198,7 +201,7 @@ def test_training_windows_predict_each_next_item_once_from_its_past():
     assert pairs == [(i, i + 1) for i in range(1, 11)] + [(20, 21)]  # every next item once, after its predecessor
     assert all((w[np.flatnonzero(w == PAD)[0]:] == PAD).all() for w in windows if (w == PAD).any())  # right-padded
 
-    users, recent, targets = caser_windows(train, L=3, T=2)
+    users, recent, targets = caser_windows(train, L=3, T=2, pad_windows=True)
     for user, before, after in zip(users, recent, targets):
         sequence = list(train.items[train.offsets[user]:train.offsets[user + 1]])
         start = sequence.index(after[0])
@@ -284,12 +287,44 @@ def test_smoke_profile_resolves_and_trains(name, tmp_path):
         resolve(name, paper, "paper")  # every dataset's paper profile is valid
 
 
-def test_bad_configurations_are_explained(chain):
-    with pytest.raises(ValueError, match="loss must be one of"):
-        build("gru4rec", chain.data, loss="cross-entropy")
-    with pytest.raises(ValueError, match="loss must be one of"):
-        build("gru4rec+", chain.data, loss="top1")
-    with pytest.raises(ValueError, match="max_len must be >= 1"):
-        build("lstm", chain.data, max_len=0)
-    with pytest.raises(ValueError, match="first width is even"):
-        build("ncf", chain.data, mlp_layers=(33, 16))
+BAD_SETTINGS = [  # (model, field, value, the message after "field=value must ")
+    ("bprmf", "hidden", 0, "be >= 1"), ("bprmf", "reg", -0.1, "be >= 0"), ("bprmf", "init_std", 0.0, "be > 0"),
+    ("bprmf", "sample_alpha", -1.0, "be >= 0"),
+    ("fpmc", "hidden", 0, "be >= 1"), ("fpmc", "reg", -1.0, "be >= 0"), ("fpmc", "init_std", -0.5, "be > 0"),
+    ("ncf", "factors", 0, "be >= 1"), ("ncf", "negatives", 0, "be >= 1"), ("ncf", "init_std", 0.0, "be > 0"),
+    ("ncf", "mlp_layers", (33, 16), "start with an even width"), ("ncf", "mlp_layers", (64,), "list at least two"),
+    ("ncf", "mlp_layers", (64, 0), "list at least two"), ("ncf", "towers", "both", "be one of"),
+    ("gru4rec", "hidden", 0, "be >= 1"), ("gru4rec", "layers", 0, "be >= 1"), ("gru4rec", "session_batch", 0, "be >= 1"),
+    ("gru4rec", "max_len", 0, "be >= 1"), ("gru4rec", "embedding", -1, "be >= 0"),
+    ("gru4rec", "dropout_hidden", 1.0, "be in [0, 1)"), ("gru4rec", "dropout_embed", -0.1, "be in [0, 1)"),
+    ("gru4rec", "final_act", "relu", "be one of linear, tanh"),
+    ("gru4rec", "loss", "cross-entropy", "be one of top1, bpr"),
+    ("gru4rec", "training", "parallel", "be one of session-parallel, windows"),
+    ("gru4rec+", "loss", "top1", "be one of bpr-max, top1-max"), ("gru4rec+", "n_sample", -1, "be >= 0"),
+    ("gru4rec+", "sample_alpha", -0.5, "be >= 0"), ("gru4rec+", "bpreg", -1.0, "be >= 0"),
+    ("gru4rec+", "hidden", 0, "be >= 1"),
+    ("caser", "L", 0, "be >= 1"), ("caser", "T", 0, "be >= 1"), ("caser", "n_h", 0, "be >= 1"),
+    ("caser", "n_v", 0, "be >= 1"), ("caser", "negatives", 0, "be >= 1"), ("caser", "hidden", 0, "be >= 1"),
+    ("caser", "dropout", 1.0, "be in [0, 1)"),
+    ("lstm", "hidden", 0, "be >= 1"), ("lstm", "layers", 0, "be >= 1"), ("lstm", "max_len", 0, "be >= 1"),
+    ("lstm", "dropout", -0.2, "be in [0, 1)"),
+    ("lstm-rel", "negatives", 0, "be >= 1"), ("lstm-rel", "max_len", 0, "be >= 1"),
+]
+
+
+@pytest.mark.parametrize("name, field, value, rule", BAD_SETTINGS)
+def test_bad_settings_are_refused_by_the_config_with_the_one_message_shape(name, field, value, rule):
+    with pytest.raises(ValueError) as error:
+        model_class(name).Config(**{field: value})
+    assert str(error.value).startswith(f"{field}={show(value)} must {rule}")
+
+
+def test_gru4rec_constrained_embedding_excludes_an_embedding_size():
+    with pytest.raises(ValueError, match=r"^constrained_embedding=true must be false when embedding > 0"):
+        model_class("gru4rec").Config(embedding=32, constrained_embedding=True)
+
+
+def test_every_baseline_config_checks_its_defaults_and_pop_has_none():
+    for name in ("bprmf", "fpmc", "ncf", "gru4rec", "gru4rec+", "caser", "lstm", "lstm-rel", "pop"):
+        model_class(name).Config()  # the defaults are valid
+    assert dataclasses.fields(model_class("pop").Config) == ()

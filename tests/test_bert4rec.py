@@ -265,7 +265,7 @@ def test_weight_decay_spares_biases_and_layernorm_as_the_official_optimizer():
     ({"mask_token_prob": 1.5}, "mask_token_prob=1.5 must be in [0, 1]"),
     ({"dupe_factor": -1}, "dupe_factor=-1 must be >= 0"),
     ({"window_step": 0.01, "max_len": 50}, "window_step=0.01 must be in (0, 1]"),
-    ({"positions": "left"}, "positions='left' must be one of 'start', 'end'"),
+    ({"positions": "left"}, "positions='left' must be one of start, end"),
     ({"dropout": 1.0}, "dropout=1.0 must be in [0, 1)"),
     ({"attention_dropout": -0.1}, "attention_dropout=-0.1 must be in [0, 1)"),
     ({"layers": 0}, "layers=0 must be >= 1"),

@@ -142,9 +142,14 @@ def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monk
     ("lr=-1", "pop, bprmf: lr=-1.0 must be > 0"),
     ("foo:hidden=4", "--set 'foo:hidden=4': 'foo' is not a model"),
     ("bprmf:layers=2", "--set 'bprmf:layers=2': no bprmf or trainer setting has a field 'layers'"),
+    ("bprmf:hidden=-4", "bprmf: hidden=-4 must be >= 1"),
+    ("gru4rec:loss=xyz", "gru4rec: loss='xyz' must be one of top1, bpr"),
+    ("sasrec:heads=3", "sasrec: heads=3 must divide hidden=64"),
+    ("caser:negatives=0", "caser: negatives=0 must be >= 1"),
 ])
 def test_bad_settings_fail_before_training_in_one_line(setting, message, tmp_path, capsys):
-    code, _, err = run(["--models", "pop", "bprmf", "--set", setting], tmp_path, capsys)
+    models = ["pop", "bprmf", *(name for name in ("gru4rec", "sasrec", "caser") if setting.startswith(name))]
+    code, _, err = run(["--models", *models, "--set", setting], tmp_path, capsys)
     assert code == 2
     assert err.strip() == f"error: {message}" or err.strip().startswith(f"error: {message}")
     assert len(err.strip().splitlines()) == 1

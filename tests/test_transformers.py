@@ -444,8 +444,8 @@ def test_sasrec_learns_the_chain_far_better_than_pop(cls, chain):
 # ------------------------------------------------------------------------------------------ config errors
 @pytest.mark.parametrize("changes, message", [
     ({"hidden": 64, "heads": 3}, "heads=3 must divide hidden=64"),
-    ({"block": "textbook"}, "block='textbook' must be one of 'official', 'pre-ln', 'post-ln'"),
-    ({"init": "normal"}, "init='normal' must be one of 'truncated_normal', 'xavier'"),
+    ({"block": "textbook"}, "block='textbook' must be one of official, pre-ln, post-ln"),
+    ({"init": "normal"}, "init='normal' must be one of truncated_normal, xavier"),
     ({"window_step": 1.5}, "window_step=1.5 must be in [0, 1]"),
     ({"max_len": 0}, "max_len=0 must be >= 1"),
     ({"layers": 0}, "layers=0 must be >= 1"),
@@ -475,5 +475,5 @@ def test_bert4rec_relevance_config_errors_say_what_to_fix(changes, message):
 
 
 def test_encoder_config_rejects_unknown_choices():
-    with pytest.raises(ValueError, match=re.escape("positions='left' must be one of 'start', 'end'")):
+    with pytest.raises(ValueError, match=re.escape("positions='left' must be one of start, end")):
         EncoderConfig(vocab_size=10, max_len=5, positions="left")
