@@ -138,7 +138,8 @@ _SPECS = (
     )),
 )
 _SYNTHETIC = (
-    SyntheticSpec("synthetic", "small Markov-chain data for quick runs and tests",
+    SyntheticSpec("synthetic", "small generated data with popularity, user taste and item-to-item transitions "
+                               "(datasets/synthetic.py), for quick runs and tests",
                   dict(n_users=1000, n_items=500, mean_length=30.0, seed=0)),
     SyntheticSpec("synthetic-steam", "synthetic at Steam's Table 1 size, for scale tests",
                   dict(n_users=281_428, n_items=13_044, mean_length=12.4, seed=0)),
