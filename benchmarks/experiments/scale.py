@@ -16,18 +16,13 @@ users and projects to all of them (evaluation and epochs in proportion to users;
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
-import os
-import platform
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import torch
 
 from benchmarks.config import resolve
-from benchmarks.experiments.speed_transformers import load_average, measure
+from benchmarks.experiments.speed_transformers import load_average, measure, write_report
 from benchmarks.provenance import git_commit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,15 +65,8 @@ def main(argv=None) -> int:
                   f"{row['epoch_rows_seconds']} s (paper epoch {row['paper_epoch_seconds']} s), full-ranking "
                   f"evaluation of all {row['users']:,} users {row['full_eval_seconds_all_users']} s{projected}, "
                   f"peak {row['peak_memory_mb']} MB (load {row['load_average']})", flush=True)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
-        "command": " ".join(["python -m benchmarks.experiments.scale", *(sys.argv[1:] if argv is None else argv)]),
-        "commit": git_commit(), "load_average_at_end": load_average(),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch_threads": args.threads or torch.get_num_threads(), "torch": torch.__version__},
-        "results": results}, indent=2) + "\n")
-    print(f"written: {output}")
+    write_report(args.output, "scale", argv, args.threads, results, commit=git_commit(),
+                 load_average_at_end=load_average())
     return 0
 
 

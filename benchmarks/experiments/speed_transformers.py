@@ -153,15 +153,21 @@ def main(argv=None) -> int:
                   f"{row['users']:,} sequences {row['epoch_seconds']:7.1f} s, full-ranking eval of all users "
                   f"{row['full_eval_seconds_all_users']:6.2f} s, peak {row['peak_memory_mb']:7.1f} MB "
                   f"(load {row['load_average']})", flush=True)
-    output = Path(args.output)
+    write_report(args.output, "speed_transformers", argv, args.threads, results)
+    return 0
+
+
+def write_report(output: str, script: str, argv, threads: int | None, results: list, **extra) -> None:
+    """The JSON file of a speed script: its command, the machine, ``extra`` fields and one row per measurement."""
+    output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
-        "command": " ".join(["python -m benchmarks.experiments.speed_transformers", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join([f"python -m benchmarks.experiments.{script}", *(sys.argv[1:] if argv is None else argv)]),
+        **extra,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch_threads": args.threads or torch.get_num_threads(), "torch": torch.__version__},
+                    "torch_threads": threads or torch.get_num_threads(), "torch": torch.__version__},
         "results": results}, indent=2) + "\n")
     print(f"written: {output}")
-    return 0
 
 
 if __name__ == "__main__":
