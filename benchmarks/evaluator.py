@@ -18,6 +18,7 @@ can be recomputed later.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
+from benchmarks.store import npz_bytes, write_atomic
 from datasets.progress import progress_bar
 from datasets.sequences import LeaveOneOutSplit
 from models.base import Recommender
@@ -135,11 +137,7 @@ class RankCounts:
     ties: np.ndarray
 
     def save(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, users=self.users, greater=self.greater, ties=self.ties)
-        tmp.replace(path)
+        write_atomic(path, npz_bytes(dataclasses.asdict(self)))
 
     @classmethod
     def load(cls, path: Path) -> "RankCounts":

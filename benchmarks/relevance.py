@@ -153,14 +153,10 @@ class RelevanceEvaluation:
     def labels(self) -> np.ndarray:
         return np.broadcast_to(PAIR_LABELS, self.candidates.shape)
 
-    def save(self, path: Path) -> None:
-        """Atomically to ``path`` (``.npz``): ``users``, ``candidates``, ``labels``, ``probabilities``."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, users=self.users, candidates=self.candidates, labels=self.labels,
-                            probabilities=self.probabilities)
-        tmp.replace(path)
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The per-user file's arrays: ``users``, ``candidates``, ``labels``, ``probabilities``."""
+        return {"users": self.users, "candidates": self.candidates, "labels": self.labels,
+                "probabilities": self.probabilities}
 
 
 class RelevanceEvaluator:

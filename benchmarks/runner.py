@@ -314,8 +314,7 @@ def _train_and_test(payload: JobPayload, data: SequenceData, device: torch.devic
         scorer = model if isinstance(model, RelevanceModel) else calibrate(model, pairs, job.model)
         evaluation = pairs.evaluate(scorer, "test", job.model)
         per_user = f"per_user/{planned.file_stem}__{PAIRS}.npz"
-        files[per_user] = {"users": evaluation.users, "candidates": evaluation.candidates,
-                           "labels": evaluation.labels, "probabilities": evaluation.probabilities}
+        files[per_user] = evaluation.arrays()
         calibration = ({"method": "platt", "fitted_on": "valid", **dataclasses.asdict(scorer.platt)}
                        if scorer is not model else None)
         # AUC counts a tie as ½, the expected value under random tie-breaking.
