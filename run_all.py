@@ -11,13 +11,8 @@ Results go to ``results/<name>/`` (see results/README.md for the schema).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-
-# Before torch loads MKL: without it MKL's float sums follow the memory alignment of their inputs, and two identical
-# CPU runs could end in different last digits (tests/test_default_run.py). A value the user set is kept.
-os.environ.setdefault("MKL_CBWR", "AUTO")
 
 DEFAULT_MODELS = ("pop", "bprmf", "sasrec", "bert4rec")
 DEFAULT_RELEVANCE_MODELS = ("pop", "bprmf", "lstm-rel", "bert4rec-rel")

@@ -7,9 +7,8 @@ promise, because BERT4Rec needs a few hundred steps over enough users to leave t
 on; with 400 users it stayed at POP's level through its 15 epochs) and checks that two short runs of the same
 grid on smaller data agree to the last digit; the slow suite runs the whole default twice and compares the
 tables. What makes CPU runs repeat is the runner's deterministic kernels (four SASRec runs on 2 threads without
-them ended at four different values) and ``MKL_CBWR=AUTO``, which ``run_all.py`` sets (MKL's sums otherwise follow
-the memory alignment of their inputs); runs go to fresh processes, with that variable set as ``run_all.py`` sets
-it."""
+them ended at four different values) and ``MKL_CBWR=AUTO``, which importing ``benchmarks`` sets (MKL's sums
+otherwise follow the memory alignment of their inputs); runs go to fresh processes, with that variable set."""
 from __future__ import annotations
 
 import json
