@@ -13,8 +13,9 @@ Scoring is batched: one ``score`` call per chunk of users (as many as the device
 :func:`chunk_users`), then vectorised comparisons with the target's score (no sorting). Under full ranking the
 comparisons run over every column, and the excluded columns (padding, the user's history) are taken back out
 of the counts afterwards, so the evaluator never writes into the scores a model returned (a model may hand back
-its own tensor or a broadcast view of it). The per-user counts are kept so that every metric and paired tests
-can be recomputed later.
+its own tensor or a broadcast view of it). On the CPU, a model whose scores are a product q_u · e_i + b_i
+(``models.base.ScoreFactors``) is ranked tile by tile instead (:meth:`Evaluator._tiled_full_counts`), with the
+same counts. The per-user counts are kept so that every metric and paired tests can be recomputed later.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
 from benchmarks.store import npz_bytes, write_atomic
@@ -51,6 +53,12 @@ ACTIVATION_FLOATS_PER_POSITION = 512
 CPU_SLICE_BYTES = 2**18
 # Users per seeded draw of the sampled protocols' candidate order (the evaluator's former fixed chunk size).
 ORDER_BLOCK = 256
+# Full ranking of a product-score model on the CPU: items per tile (a tile of TILE_USERS × TILE_ITEMS float32
+# scores, 1 MiB, stays in a core's cache while it is counted) and users per product.
+TILE_ITEMS = 1024
+TILE_USERS = 256
+# Scores bounded below this in magnitude are finite, and so is their difference with the target's.
+FINITE_SCORE_BOUND = 2.0 ** 126
 
 
 def chunk_users(device: torch.device, n_columns: int, history_length: int) -> int:
@@ -122,6 +130,11 @@ def history_batches(model, view, rows: np.ndarray, batch_size: int):
         chunk = rows[start:start + batch_size]
         yield (start, chunk, torch.from_numpy(view.users[chunk]).to(device),
                torch.from_numpy(view.padded(chunk, history_length)).to(device))
+
+
+def denormals_kept() -> bool:
+    """Whether float32 arithmetic keeps subnormal numbers (``torch.set_flush_denormal(True)`` flushes them)."""
+    return bool(torch.tensor(2.0 ** -126) / 2 != 0)
 
 
 class ScoreError(ValueError):
@@ -212,11 +225,13 @@ class Evaluator:
 
     ``batch_size``: users per ``score`` call, or None to size each chunk to the device's memory
     (:func:`chunk_users`); the counts do not depend on it. ``progress``: a bar of users scored, with the time
-    left, for every evaluation (``evaluate(progress=...)`` overrides it for one call)."""
+    left, for every evaluation (``evaluate(progress=...)`` overrides it for one call). ``tiled``: rank a
+    product-score model on the CPU tile by tile (False: through its full score matrix, as any other model;
+    the counts are the same)."""
 
     def __init__(self, split: LeaveOneOutSplit, seed: int, cache_dir: Path | None = None,
                  batch_size: int | None = None, metrics=DEFAULT_METRICS, tie_policy: str = "expected",
-                 progress: bool = False):
+                 progress: bool = False, tiled: bool = True):
         if tie_policy not in TIE_POLICIES:
             raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {TIE_POLICIES}")
         if batch_size is not None and batch_size < 1:
@@ -230,6 +245,7 @@ class Evaluator:
             _parse_metric(name)  # fail now, not after training
         self.tie_policy = tie_policy
         self.progress = progress
+        self.tiled = tiled
         self._views = {}
         self._negatives = {}
 
@@ -262,23 +278,36 @@ class Evaluator:
         negatives = self.negatives(split, protocol) if protocol != "full" else None
         n_columns = self.split.n_items + 1 if negatives is None else negatives.shape[1] + 1
         batch_size = self.batch_size or chunk_users(model.device, n_columns, model.history_length)
+        # Full ranking takes the users in order of history length, so that a chunk holds little padding; the
+        # counts are returned in the order of ``rows``.
+        order = np.arange(len(rows)) if negatives is not None else np.argsort(view.lengths[rows], kind="stable")
+        scored = rows[order]
         greater = np.zeros(len(rows), dtype=np.int64)
         ties = np.zeros(len(rows), dtype=np.int64)
-        bar = progress_bar(len(rows), f"{model_name} {split} {protocol}",
-                           self.progress if progress is None else progress, unit="user")
+        label = f"{model_name} {split} {protocol}"
+        bar = progress_bar(len(rows), label, self.progress if progress is None else progress, unit="user")
         with evaluation_mode(model), bar:
-            for start, chunk, users_t, histories in history_batches(model, view, rows, batch_size):
+            tiled = (self.tiled and negatives is None and model.device.type == "cpu"
+                     and hasattr(model, "score_factors"))
+            counts = tiled and self._tiled_full_counts(model, view, scored, batch_size, bar, label)
+            if counts:
+                greater, ties = counts
+            for start, chunk, users_t, histories in ([] if counts else
+                                                     history_batches(model, view, scored, batch_size)):
                 targets = torch.from_numpy(view.targets[chunk]).to(histories.device)
                 if negatives is None:
                     g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
                 else:
-                    order = self._candidate_order(rows, start, start + len(chunk), n_columns).to(targets.device)
+                    candidate_order = self._candidate_order(rows, start, start + len(chunk), n_columns)
                     chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
-                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order, chosen)
+                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets,
+                                                candidate_order.to(targets.device), chosen)
                 greater[start:start + len(chunk)] = g.cpu().numpy()
                 ties[start:start + len(chunk)] = t.cpu().numpy()
                 bar.update(len(chunk))
-        return RankCounts(view.users[rows], greater, ties)
+        in_order = np.empty_like(order)
+        in_order[order] = np.arange(len(order))
+        return RankCounts(view.users[rows], greater[in_order], ties[in_order])
 
     def _check_shape(self, scores: torch.Tensor, shape: tuple, model_name: str) -> None:
         if tuple(scores.shape) != shape:
@@ -311,6 +340,77 @@ class Evaluator:
         above, equal = above.to(scores.device), equal.to(scores.device)
         greater = above - torch.bincount(rows[excluded > reference], minlength=len(chunk))
         ties = equal - 1 - torch.bincount(rows[excluded == reference], minlength=len(chunk))
+        return greater, ties
+
+    def _tiled_full_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str):
+        """Full-ranking (greater, ties) of a product-score model without its (B, n_items + 1) score matrix, or
+        None when its scores are not all finite or subnormals are flushed (the caller then scores it in full).
+
+        The queries come first, in the general path's chunks. The users are then grouped by the tile of
+        ``TILE_ITEMS`` items their target falls in, and ``TILE_USERS`` of a group at a time are scored against
+        one tile after another, their target's tile first: the target's score comes from the same product as the
+        scores it is compared with, and each tile is counted while it is in the cache. A tile is counted with d = sign(s − s_target): for finite float32
+        scores the difference is 0 exactly when they are equal and has the sign of their order otherwise (IEEE
+        subtraction keeps subnormals), so Σ d and Σ |d| give the counts above and equal. Excluded columns
+        (padding, the user's history except the target, the last tile's columns past n_items) are set to −inf,
+        below every finite target score."""
+        if not len(rows):
+            return None
+        bar.set_description_str(f"{label} (queries)")
+        queries, items, bias = [], None, None
+        for _, chunk, users_t, histories in history_batches(model, view, rows, batch_size):
+            factors = model.score_factors(users_t, histories)
+            queries.append(factors.queries.float())
+            items, bias = factors.items, factors.bias
+            bar.update(len(chunk))
+        queries = torch.cat(queries)
+        n_slots = self.split.n_items + 1
+        n_tiles = -(-n_slots // TILE_ITEMS)
+        E = torch.zeros(n_tiles * TILE_ITEMS, items.shape[1])  # every tile TILE_ITEMS wide, one shape of product
+        E[1:n_slots] = items[1:n_slots].float()
+        b = None if bias is None else F.pad(bias[:n_slots].float(), (0, n_tiles * TILE_ITEMS - n_slots))
+        largest = queries.norm(dim=1).max() * E.norm(dim=1).max() + (0 if b is None else b.abs().max())
+        if not (float(largest) < FINITE_SCORE_BOUND and denormals_kept()):  # |q · e + b| ≤ ‖q‖ ‖e‖ + |b|
+            return None
+
+        targets = torch.from_numpy(view.targets[rows])
+        target_tile = targets // TILE_ITEMS
+        order = torch.argsort(target_tile, stable=True)
+        group_ends = torch.bincount(target_tile, minlength=n_tiles).cumsum(0).tolist()
+        tile_starts = torch.arange(n_tiles + 1) * TILE_ITEMS
+        sums = torch.zeros(2, len(rows), dtype=torch.float64)  # per user: Σ d and Σ |d| over every tile
+        buffer = torch.empty(TILE_USERS, TILE_ITEMS)
+        bar.reset()
+        bar.set_description_str(f"{label} (ranking)")
+        for first_tile, (group_start, group_end) in enumerate(zip([0, *group_ends], group_ends)):
+            for start in range(group_start, group_end, TILE_USERS):
+                part = order[start:min(start + TILE_USERS, group_end)]
+                q, target = queries[part], targets[part]
+                history_rows, history_items = view.flat(rows[part.numpy()])
+                kept = history_items != target.numpy()[history_rows]
+                excluded_items, by_item = torch.from_numpy(history_items[kept]).sort(stable=True)
+                excluded_rows = torch.from_numpy(history_rows[kept])[by_item]
+                excluded_bounds = torch.searchsorted(excluded_items, tile_starts).tolist()
+                scores, part_sums, reference = buffer[:len(part)], torch.zeros(2, len(part), dtype=torch.float64), None
+                for tile in [first_tile, *(t for t in range(n_tiles) if t != first_tile)]:
+                    lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
+                    torch.matmul(q, E[lo:hi].T, out=scores)
+                    if b is not None:
+                        scores.add_(b[lo:hi])
+                    if reference is None:
+                        reference = scores.gather(1, (target - lo)[:, None])
+                    cut = slice(excluded_bounds[tile], excluded_bounds[tile + 1])
+                    scores[excluded_rows[cut], excluded_items[cut] - lo] = -math.inf
+                    scores[:, max(0, n_slots - lo):] = -math.inf  # past n_items (last tile only)
+                    if tile == 0:
+                        scores[:, 0] = -math.inf  # padding
+                    part_sums[0] += scores.sub_(reference).sign_().sum(1)
+                    part_sums[1] += scores.abs_().sum(1)
+                sums[:, part] = part_sums
+                bar.update(len(part))
+        signs, magnitudes = sums
+        greater = ((signs + magnitudes) / 2).long().numpy()
+        ties = (n_tiles * TILE_ITEMS - magnitudes).long().numpy() - 1  # the target equals itself
         return greater, ties
 
     def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:

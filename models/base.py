@@ -11,12 +11,17 @@ Conventions for :meth:`Recommender.score`:
   most recent item is in the last column; ``candidates``: ``None`` or ``(B, C)`` item ids.
 - returns ``(B, n_items + 1)`` scores indexed by item id (column 0, padding, is ignored by the evaluator) when
   ``candidates`` is ``None``, else ``(B, C)`` scores aligned with ``candidates``. Higher is better.
+
+A model whose full score matrix is a product, score(u, i) = q_u · e_i + b_i (SASRec, BERT4Rec, BPR-MF, Caser),
+also defines ``score_factors(users, histories) -> ScoreFactors`` and builds its full scores from them
+(:meth:`ScoreFactors.full`). The evaluator then ranks all items without holding the ``(B, n_items + 1)`` matrix:
+it multiplies the queries by one tile of items at a time while the tile is in the cache.
 """
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -24,6 +29,20 @@ from torch import nn
 from datasets.sequences import Histories
 
 Validator = Callable[["Recommender"], dict]
+
+
+class ScoreFactors(NamedTuple):
+    """The factors of a product score matrix: ``queries`` (B, d), ``items`` (n_items + 1, d) indexed by item id,
+    ``bias`` (n_items + 1,) or None."""
+
+    queries: torch.Tensor
+    items: torch.Tensor
+    bias: torch.Tensor | None
+
+    def full(self) -> torch.Tensor:
+        """The ``(B, n_items + 1)`` scores q_u · e_i + b_i."""
+        scores = self.queries @ self.items.T
+        return scores if self.bias is None else scores + self.bias
 
 
 def show(value) -> str:

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, require_choice
+from models.base import NeuralRecommender, ScoreFactors, require_choice
 from models.transformer import (POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows,
                                 window_matrix)
 from models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
@@ -241,15 +241,19 @@ class BERT4Rec(NeuralRecommender):
         mask = torch.full((len(histories), 1), self.mask_token, dtype=histories.dtype, device=histories.device)
         return torch.cat([histories, mask], 1)
 
-    def score(self, users, histories, candidates):
+    def score_factors(self, users, histories) -> ScoreFactors:
+        """Eq. 7 before the softmax: gelu(h_t W^P + b^P) E^T + b^O at the appended [MASK] position."""
         (items,) = trim_padding(self.append_mask(histories))
         hidden, _ = self.encoder(items, last_only=True)
-        h = self.transform(hidden)  # the [MASK] position
+        return ScoreFactors(self.transform(hidden), self.encoder.item_embedding.weight[:self.n_items + 1],
+                            self.output_bias[:self.n_items + 1])
+
+    def score(self, users, histories, candidates):
+        factors = self.score_factors(users, histories)
         if candidates is None:
-            E = self.encoder.item_embedding.weight[:self.n_items + 1]
-            return h @ E.T + self.output_bias[:self.n_items + 1]
+            return factors.full()
         E = self.encoder.item_embedding(candidates)
-        return (E @ h[:, :, None]).squeeze(-1) + self.output_bias[candidates]
+        return (E @ factors.queries[:, :, None]).squeeze(-1) + self.output_bias[candidates]
 
     def attention_maps(self, users, histories) -> torch.Tensor:
         """(layers, heads, N, N) attention weights for the first user of the batch, its [MASK] last."""

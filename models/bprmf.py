@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datasets.sequences import Histories
-from models.base import NeuralRecommender, require
+from models.base import NeuralRecommender, ScoreFactors, require
 from models.sampling import InteractionSet, support_weights, uniform_negatives, weighted_negatives
 
 
@@ -73,8 +73,12 @@ class BPRMF(NeuralRecommender):
         regulariser = p_u.pow(2).sum(-1) + q_i.pow(2).sum(-1) + q_j.pow(2).sum(-1)
         return -F.logsigmoid(x_uij).mean() + self.config.reg * regulariser.mean()
 
+    def score_factors(self, users, histories) -> ScoreFactors:
+        """x̂_ui = p_u · q_i."""
+        return ScoreFactors(self.user_factors(users), self.item_factors.weight, None)
+
     def score(self, users, histories, candidates):
-        p_u = self.user_factors(users)
+        factors = self.score_factors(users, histories)
         if candidates is None:
-            return p_u @ self.item_factors.weight.T
-        return (p_u[:, None, :] * self.item_factors(candidates)).sum(-1)
+            return factors.full()
+        return (factors.queries[:, None, :] * self.item_factors(candidates)).sum(-1)

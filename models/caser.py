@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, require
+from models.base import NeuralRecommender, ScoreFactors, require
 from models.sampling import InteractionSet, dropout, uniform_negatives
 
 
@@ -120,9 +120,13 @@ class Caser(NeuralRecommender):
         negative = (x[:, None, :] * self.output(negatives)).sum(-1) + self.output_bias[negatives]
         return -F.logsigmoid(positive).mean() - F.logsigmoid(-negative).mean()
 
-    def score(self, users, histories, candidates):
+    def score_factors(self, users, histories) -> ScoreFactors:
+        """The output layer y = W' [z; P_u] + b' for the last L items."""
         recent = F.pad(histories, (max(0, self.config.L - histories.shape[1]), 0))[:, -self.config.L:]
-        x = self.represent(users, recent)
+        return ScoreFactors(self.represent(users, recent), self.output.weight, self.output_bias)
+
+    def score(self, users, histories, candidates):
+        factors = self.score_factors(users, histories)
         if candidates is None:
-            return x @ self.output.weight.T + self.output_bias
-        return (x[:, None, :] * self.output(candidates)).sum(-1) + self.output_bias[candidates]
+            return factors.full()
+        return (factors.queries[:, None, :] * self.output(candidates)).sum(-1) + self.output_bias[candidates]

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, require_choice
+from models.base import NeuralRecommender, ScoreFactors, require_choice
 from models.sampling import InteractionSet, uniform_negatives
 from models.transformer import (INITS, EncoderConfig, check_encoder_fields, sliding_windows,
                                 window_matrix)
@@ -131,12 +131,17 @@ class SASRec(NeuralRecommender):
         return -(F.logsigmoid(positive) + F.logsigmoid(-negative)).mean()
 
     # ------------------------------------------------------------------------------------------- inference
-    def score(self, users, histories, candidates):
+    def score_factors(self, users, histories) -> ScoreFactors:
+        """r_{i,t} = F_t · M_i (§III-D): the last position's output F_n against the shared item embedding."""
         (items,) = trim_padding(histories[:, -self.config.max_len:])
-        h, _ = self.encoder(items, last_only=True)  # F_n: the last position's output
+        h, _ = self.encoder(items, last_only=True)
+        return ScoreFactors(h, self.item_embedding, None)
+
+    def score(self, users, histories, candidates):
+        factors = self.score_factors(users, histories)
         if candidates is None:
-            return h @ self.item_embedding.T
-        return (self.item_embedding[candidates] @ h[:, :, None]).squeeze(-1)
+            return factors.full()
+        return (self.item_embedding[candidates] @ factors.queries[:, :, None]).squeeze(-1)
 
     def attention_maps(self, users, histories) -> torch.Tensor:
         """(layers, heads, T, T) attention weights for the first user of the batch."""

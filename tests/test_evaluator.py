@@ -9,7 +9,7 @@ import torch
 from benchmarks.evaluator import Evaluator, ScoreError, per_user_metrics
 from benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
 from datasets.sequences import LeaveOneOutSplit, SequenceData
-from models.base import Recommender, gather_candidates
+from models.base import Recommender, ScoreFactors, gather_candidates
 from tests.conftest import SHARED_DATA, requires_shared_data
 
 
@@ -258,12 +258,15 @@ def test_target_scored_minus_infinity_ties_only_with_real_candidates(tmp_path):
 # ------------------------------------------------------------------ scores the evaluator must not write into
 def reference_full_counts(model, split: LeaveOneOutSplit, which: str, batch_size: int = 256):
     """Full-ranking (greater, ties) as the evaluator used to compute them: the scores copied, padding, history
-    and target set to −inf, then counted (a −inf target ties only with the remaining −inf candidates)."""
+    and target set to −inf, then counted (a −inf target ties only with the remaining −inf candidates). Users
+    are scored in the evaluator's chunks (in order of history length), as a network's scores may differ in the
+    last bit with the chunk they are computed in."""
     view = split.view(which)
-    greater, ties = [], []
+    order = np.argsort(view.lengths, kind="stable")
+    greater, ties = np.zeros(len(view), dtype=np.int64), np.zeros(len(view), dtype=np.int64)
     with torch.inference_mode():
         for start in range(0, len(view), batch_size):
-            chunk = np.arange(start, min(start + batch_size, len(view)))
+            chunk = order[start:start + batch_size]
             histories = torch.from_numpy(view.padded(chunk, max(model.history_length, 1)))
             scores = model.score(torch.from_numpy(view.users[chunk]), histories, None).float().clone()
             targets = torch.from_numpy(view.targets[chunk])[:, None]
@@ -278,9 +281,8 @@ def reference_full_counts(model, split: LeaveOneOutSplit, which: str, batch_size
             t = (scores >= target_scores).sum(1) - g
             hopeless = torch.isneginf(target_scores[:, 0])
             t = torch.where(hopeless, (torch.isneginf(scores) & ~excluded).sum(1), t)
-            greater.append(g)
-            ties.append(t)
-    return torch.cat(greater).numpy(), torch.cat(ties).numpy()
+            greater[chunk], ties[chunk] = g.numpy(), t.numpy()
+    return greater, ties
 
 
 class StoredScores(FixedScorer):
@@ -432,3 +434,127 @@ def test_full_counts_on_beauty_equal_the_masking_reference(name):
     result = Evaluator(split, seed=0, batch_size=256).evaluate(model, "test", "full", name)
     greater, ties = reference_full_counts(model, split, "test")
     assert np.array_equal(result.counts.greater, greater) and np.array_equal(result.counts.ties, ties)
+
+
+# ------------------------------------------------------------------ full ranking of product scores, tile by tile
+class ProductScorer(FixedScorer):
+    """score(u, i) = q_u · e_i + b_i from fixed factors, offered to the evaluator through ``score_factors``."""
+
+    def __init__(self, queries: np.ndarray, items: np.ndarray, bias: np.ndarray | None = None):
+        super().__init__(np.zeros((len(queries), len(items))))
+        self.queries = torch.as_tensor(queries, dtype=torch.float32)
+        self.items = torch.as_tensor(items, dtype=torch.float32)
+        self.bias = None if bias is None else torch.as_tensor(bias, dtype=torch.float32)
+
+    def score_factors(self, users, histories):
+        return ScoreFactors(self.queries[users], self.items, self.bias)
+
+    def score(self, users, histories, candidates):
+        return gather_candidates(self.score_factors(users, histories).full(), candidates)
+
+
+def both_paths(model, split, which="test", users=None, tmp_path=None):
+    """(greater, ties) from the tiled path and from the full score matrix."""
+    return [Evaluator(split, seed=0, cache_dir=tmp_path, tiled=tiled).rank_counts(model, which, "full", "m", users)
+            for tiled in (True, False)]
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_tiled_full_ranking_by_hand_ties_across_tiles_and_subnormal_differences(with_bias, monkeypatch):
+    import benchmarks.evaluator as evaluator
+
+    monkeypatch.setattr(evaluator, "TILE_ITEMS", 4)  # 11 columns: tiles {0..3} {4..7} {8..11}, column 11 unused
+    monkeypatch.setattr(evaluator, "TILE_USERS", 2)
+    tiny = np.float32(2.0 ** -126)  # smallest normal float32; the next float up differs by a subnormal
+    e = np.array([100, 5, 2, 50, 2, 2, 4, 60, 2, 2, 3], dtype=np.float32)  # item i's score e_i (column 0: padding)
+    data = SequenceData.from_sequences("hand", [[3, 5, 3, 7, 9], [4, 1, 6, 1], [2, 3, 4, 5, 6, 7, 8]], n_items=10)
+    split = LeaveOneOutSplit(data)
+    queries = np.array([[1.0], [1.0], [1.0]], dtype=np.float32)
+    items = e[:, None].copy()
+    bias = None
+    if with_bias:  # the same scores, split between the product and the bias
+        items, bias = items - 1, np.ones(11, dtype=np.float32)
+    model = ProductScorer(queries, items, bias)
+    tiled, general = both_paths(model, split)
+    # user 0: target 9 (score 2), history {3, 5, 7} left out; above: 1, 6, 10; tied: 2, 4, 8 (three tiles).
+    # user 1: target 1 (score 5) was consumed before and stays a candidate; above: 3, 7; none tied.
+    # user 2: target 8 (score 2), history {2..7}; above: 1, 10; tied: 9.
+    assert tiled.greater.tolist() == general.greater.tolist() == [3, 2, 2]
+    assert tiled.ties.tolist() == general.ties.tolist() == [3, 0, 1]
+
+    if not with_bias:  # scores one subnormal step apart are told apart, equal ones tie
+        items = np.full((11, 1), tiny, dtype=np.float32)
+        items[[1, 6]] = np.nextafter(tiny, np.float32(1))
+        items[[10]] = np.nextafter(tiny, np.float32(0))
+        tiled, general = both_paths(ProductScorer(queries, items), split)
+        assert tiled.greater.tolist() == general.greater.tolist() == [2, 0, 1]  # user 1's target is item 1
+        assert tiled.ties.tolist() == general.ties.tolist() == [3, 0, 1]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tiled_full_ranking_equals_the_masking_reference_with_many_ties(seed, monkeypatch):
+    import benchmarks.evaluator as evaluator
+
+    monkeypatch.setattr(evaluator, "TILE_ITEMS", 8)
+    monkeypatch.setattr(evaluator, "TILE_USERS", 3)
+    data = repeat_data(n_users=60, n_items=45, seed=seed)  # repeats, targets consumed before
+    split = LeaveOneOutSplit(data)
+    rng = np.random.default_rng(seed)
+    queries = rng.integers(-2, 3, (data.n_users, 3)).astype(np.float32)  # integer scores: ties everywhere
+    items = rng.integers(-2, 3, (data.n_items + 1, 3)).astype(np.float32)
+    bias = rng.integers(-1, 2, data.n_items + 1).astype(np.float32)
+    for model in (ProductScorer(queries, items), ProductScorer(queries, items, bias)):
+        for which in ("valid", "test"):
+            expected = reference_full_counts(model, split, which)
+            subset = np.sort(rng.choice(data.n_users, 40, replace=False))
+            for users in (None, subset):
+                tiled, general = both_paths(model, split, which, users)
+                chosen = slice(None) if users is None else subset
+                assert np.array_equal(tiled.greater, expected[0][chosen]) and np.array_equal(
+                    tiled.ties, expected[1][chosen])
+                assert np.array_equal(general.greater, tiled.greater) and np.array_equal(general.ties, tiled.ties)
+                assert np.array_equal(tiled.users, general.users)
+
+
+def test_tiled_full_ranking_leaves_non_finite_or_huge_scores_to_the_full_matrix():
+    data = repeat_data(n_users=20, n_items=30)
+    split = LeaveOneOutSplit(data)
+    rng = np.random.default_rng(0)
+    queries, items = rng.normal(size=(data.n_users, 2)), rng.normal(size=(data.n_items + 1, 2))
+    broken = items.copy()
+    broken[5, 0] = np.nan
+    with pytest.raises(ScoreError, match="NaN or \\+inf"):
+        Evaluator(split, seed=0).evaluate(ProductScorer(queries, broken), "test", "full")
+    overflowing = items * 1e20
+    with pytest.raises(ScoreError, match="NaN or \\+inf"):
+        Evaluator(split, seed=0).evaluate(ProductScorer(queries * 1e20, overflowing), "test", "full")
+    huge = ProductScorer(queries * 1e18, items * 1e19)  # finite scores near float32's largest
+    tiled, general = both_paths(huge, split)
+    assert np.array_equal(tiled.greater, general.greater) and np.array_equal(tiled.ties, general.ties)
+    model = ProductScorer(queries, items)
+    expected = both_paths(model, split)[1]
+    if torch.set_flush_denormal(True):  # subnormals flushed: the sign test is not exact, the matrix path runs
+        try:
+            from benchmarks.evaluator import denormals_kept
+
+            assert not denormals_kept()
+            assert np.array_equal(both_paths(model, split)[0].greater, expected.greater)
+        finally:
+            torch.set_flush_denormal(False)
+
+
+@requires_shared_data
+@pytest.mark.parametrize("name", ["sasrec", "bert4rec", "bprmf", "caser"])
+def test_tiled_full_ranking_equals_the_score_matrix_on_ml_1m(name):
+    """Untrained networks on 800 real ML-1m users (3,416 items, four tiles): the same counts either way."""
+    from benchmarks.config import resolve
+    from datasets import load_dataset
+    from models import model_class
+
+    data = load_dataset("ml-1m", data_dir=SHARED_DATA, progress=False)
+    split = LeaveOneOutSplit(data)
+    torch.manual_seed(0)
+    model = model_class(name)(data.n_users, data.n_items, resolve(name, "ml-1m", "paper", ()).model).eval()
+    users = np.random.default_rng(0).choice(data.n_users, 800, replace=False)
+    tiled, general = both_paths(model, split, users=users)
+    assert np.array_equal(tiled.greater, general.greater) and np.array_equal(tiled.ties, general.ties)
