@@ -5,8 +5,9 @@ attention models: what training and scoring run.
   LayerNorm, dropout) run on the real positions packed into (N, d) rows (:class:`Layout`); only the attention
   scores use the padded (B, T) layout, where padding is a masked key. At inference the last layer computes only
   each sequence's last position, all that scoring needs.
-- Recomputed attention: CPU training recomputes eq. 2 slice by slice in the backward pass, replaying the
-  dropout masks, instead of keeping every layer's (B, h, T, T) weights.
+- Recomputed attention: CPU training recomputes eq. 2 slice by slice in the backward pass from q, k, v and a
+  one-byte dropout mask drawn once, instead of keeping every layer's (B, h, T, T) weights; CPU dropout masks
+  take four entries from each random draw (:func:`dropout_keep_mask`).
 - :func:`gelu` on packed rows without oneDNN's per-shape kernel cache.
 - :func:`softmax_cross_entropy`: the full-softmax loss without the whole (rows × items) logit matrix.
 - :func:`trim_padding`: batches lose their all-padding columns.
@@ -16,11 +17,12 @@ for every block wiring and position scheme.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch import nn
 
 from datasets.sequences import PAD
 from models.transformer import (FeedForward, MultiHeadAttention, SequenceEncoder, TransformerBlock, merge_heads,
@@ -65,16 +67,65 @@ def _attend(q, k, v, mask, dropout: float):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout)
 
 
+def dropout_keep_mask(shape: tuple, p: float, device: torch.device) -> torch.Tensor:
+    """A bool mask that keeps each entry with probability 1 − p, from the global RNG. PyTorch's CPU generator
+    draws one number at a time, so each 64-bit draw here serves four entries of 16 bits each: a quarter of the
+    draws of ``bernoulli_`` (which PyTorch's dropout calls), with p rounded to a multiple of 2⁻¹⁶ (0.2 becomes
+    0.199997)."""
+    n = math.prod(shape)
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2 ** 63, 2 ** 63 - 1)
+    return draws.view(torch.int16)[:n].view(shape) >= round(p * 65536) - 32768
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` whose CPU mask comes from :func:`dropout_keep_mask`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu":
+            return super().forward(x)
+        return (x * dropout_keep_mask(x.shape, self.p, x.device)).div_(1.0 - self.p)
+
+
+class DroppedAttention(torch.autograd.Function):
+    """Eq. 2 with attention dropout, A = (softmax(q kᵀ/√d_h + M) ⊙ keep) v / (1 − p), for one slice of a CPU
+    training batch. Forward keeps q, k, v, M and the one-byte keep mask, not the (B, h, T, T) weights; backward
+    recomputes the weights from them (one extra product q kᵀ) and applies the softmax's gradient,
+    ∂S = P ⊙ (∂P − Σ_j ∂P_j P_j)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, keep, p: float):
+        scale = q.shape[-1] ** -0.5
+        weights = torch.softmax(((q * scale) @ k.mT).add_(mask), dim=-1)
+        ctx.save_for_backward(q, k, v, mask, keep)
+        ctx.scale, ctx.p = scale, p
+        return ((weights * keep) @ v).div_(1.0 - p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, mask, keep = ctx.saved_tensors
+        weights = torch.softmax(((q * ctx.scale) @ k.mT).add_(mask), dim=-1)
+        keep = keep.to(weights.dtype)  # once, for both products below
+        grad = grad / (1.0 - ctx.p)
+        grad_weights = (grad @ v.mT).mul_(keep)
+        grad_scores = grad_weights * weights
+        grad_scores.sub_(grad_scores.sum(-1, keepdim=True) * weights)  # P ⊙ ∂P − P Σ_j ∂P_j P_j
+        grad_v = weights.mul_(keep).mT @ grad
+        return (grad_scores @ k).mul_(ctx.scale), (grad_scores.mT @ q).mul_(ctx.scale), grad_v, None, None, None
+
+
 def _recomputed_attention(q, k, v, mask, dropout: float):
-    """Eq. 2 with attention dropout, for CPU training. PyTorch's fused CPU kernel has no dropout, so the
+    """Eq. 2 with attention dropout, for CPU training. PyTorch's fused CPU kernel has no dropout, so its
     fallback keeps the (B, h, T, T) weights, the dropout mask and the dropped weights of every layer until the
-    backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here each slice of the batch is
-    recomputed in the backward pass instead (with the same dropout mask: the RNG state is replayed), so only
-    q, k, v are kept and one slice's weights exist at a time; the price is a second forward of eq. 2."""
+    backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here each slice of the batch draws its
+    dropout mask once (one byte per weight) and :class:`DroppedAttention` recomputes its weights in the
+    backward pass, so one slice's weights exist at a time."""
     rows = max(1, _ATTENTION_SLICE_FLOATS // (q.shape[1] * q.shape[2] * k.shape[2]))
-    return torch.cat([checkpoint(_attend, q[i:i + rows], k[i:i + rows], v[i:i + rows], mask[i:i + rows], dropout,
-                                 use_reentrant=False)
-                      for i in range(0, len(q), rows)])
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # else every product of a slice copies it
+    heads = []
+    for q_part, k_part, v_part, mask_part in zip(q.split(rows), k.split(rows), v.split(rows), mask.split(rows)):
+        keep = dropout_keep_mask((*q_part.shape[:3], k.shape[2]), dropout, q.device)
+        heads.append(DroppedAttention.apply(q_part, k_part, v_part, mask_part, keep, dropout))
+    return torch.cat(heads)  # split, not slicing: one gradient per input, not one zero-filled copy per slice
 
 
 def packed_attention(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor, layout: Layout,
@@ -136,6 +187,13 @@ def packed_block(block: TransformerBlock, x: torch.Tensor, layout: Layout, last_
 
 class PackedSequenceEncoder(SequenceEncoder):
     """:class:`models.transformer.SequenceEncoder`, same parameters and interface, computed on packed rows."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        for module in list(self.modules()):  # every dropout draws its CPU mask the cheaper way
+            for name, child in module.named_children():
+                if type(child) is nn.Dropout:
+                    setattr(module, name, Dropout(child.p))
 
     def forward(self, items: torch.Tensor, need_weights: bool = False,
                 last_only: bool = False) -> tuple[torch.Tensor, list[torch.Tensor | None]]:

@@ -348,15 +348,21 @@ def test_sasrec_examples_are_windows_of_max_len_plus_one():
 
 
 # -------------------------------------------------------------------------------------------------- losses
-def test_recomputed_attention_replays_its_dropout_masks(monkeypatch):
+def attention_with_dropout(q, k, v, mask, keep, p):
+    """Eq. 2 with attention dropout, written out for autograd: (softmax(q kᵀ/√d_h + M) ⊙ keep) v / (1 − p)."""
+    return (torch.softmax(q @ k.mT / q.shape[-1] ** 0.5 + mask, dim=-1) * keep) @ v / (1 - p)
+
+
+def test_recomputed_attention_equals_eq_2_with_the_same_dropout_masks(monkeypatch):
     """CPU training recomputes eq. 2 slice by slice in the backward pass: outputs and gradients must equal
-    those of the same slices computed directly with the same random state (same dropout masks)."""
+    autograd's through the written-out equation with the same dropout masks, and without dropout PyTorch's
+    attention kernel."""
     monkeypatch.setattr(transformer_fast, "_ATTENTION_SLICE_FLOATS", 2 * 2 * 6 * 6)  # 2 sequences a slice
-    attend = transformer_fast._attend
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(5, 2, 6, 4, generator=generator) for _ in range(3))
     mask = torch.zeros(5, 1, 6, 6)
     mask[:, :, :, :2] = float("-inf")  # two padding keys
+    mask[:, :, torch.arange(6), torch.arange(6)] = 0.0  # each position sees itself
 
     def run(attend):
         inputs = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -365,13 +371,38 @@ def test_recomputed_attention_replays_its_dropout_masks(monkeypatch):
         (out * torch.arange(out.numel()).view_as(out).sin()).sum().backward()
         return out, [t.grad for t in inputs]
 
-    direct = lambda *a: torch.cat([attend(*(t[i:i + 2] for t in a), 0.5) for i in range(0, 5, 2)])
+    def direct(q, k, v, mask):  # the same masks, drawn in the same order
+        keeps = [transformer_fast.dropout_keep_mask((len(q[i:i + 2]), 2, 6, 6), 0.5, q.device) for i in range(0, 5, 2)]
+        return torch.cat([attention_with_dropout(*(t[i:i + 2] for t in (q, k, v, mask)), keep, 0.5)
+                          for i, keep in zip(range(0, 5, 2), keeps)])
+
     out, grads = run(lambda *a: transformer_fast._recomputed_attention(*a, 0.5))
     expected, expected_grads = run(direct)
     assert torch.allclose(out, expected, atol=1e-6)
-    assert not torch.allclose(out, attend(q, k, v, mask, 0.0), atol=1e-3)  # dropout was applied
     for grad, expected_grad in zip(grads, expected_grads):
         assert torch.allclose(grad, expected_grad, atol=1e-6)
+    undropped = transformer_fast._attend(q, k, v, mask, 0.0)
+    assert not torch.allclose(out, undropped, atol=1e-3)  # dropout was applied
+    everything = torch.ones(5, 2, 6, 6, dtype=torch.bool)
+    assert torch.allclose(attention_with_dropout(q, k, v, mask, everything, 0.0), undropped, atol=1e-6)
+
+
+def test_dropout_masks_keep_with_probability_one_minus_p():
+    torch.manual_seed(0)
+    for p in (0.1, 0.2, 0.5):
+        keep = transformer_fast.dropout_keep_mask((999, 1001), p, torch.device("cpu"))  # not a multiple of 4
+        assert keep.dtype == torch.bool and keep.shape == (999, 1001)
+        assert abs(keep.float().mean().item() - (1 - p)) < 0.002  # 4 σ at 10⁶
+        quarters = keep.flatten()[:999_996].view(-1, 4).float().mean(0)  # the four entries of each draw
+        assert (quarters - (1 - p)).abs().max() < 0.004
+    assert transformer_fast.dropout_keep_mask((100,), 0.0, torch.device("cpu")).all()
+    dropout = transformer_fast.Dropout(0.25)
+    x = torch.rand(400, 500) + 1.0
+    y = dropout(x)
+    assert torch.allclose(y[y != 0], x[y != 0] / 0.75) and abs((y == 0).float().mean().item() - 0.25) < 0.004
+    assert torch.equal(dropout.eval()(x), x)
+    encoder = small("sasrec").encoder  # the packed encoder's dropouts all draw that way
+    assert not any(type(m) is torch.nn.Dropout for m in encoder.modules())
 
 
 def test_chunked_softmax_cross_entropy_matches_the_plain_one_with_gradients():
