@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -349,11 +350,12 @@ class Evaluator:
         The queries come first, in the general path's chunks. The users are then grouped by the tile of
         ``TILE_ITEMS`` items their target falls in, and ``TILE_USERS`` of a group at a time are scored against
         one tile after another, their target's tile first: the target's score comes from the same product as the
-        scores it is compared with, and each tile is counted while it is in the cache. A tile is counted with d = sign(s − s_target): for finite float32
-        scores the difference is 0 exactly when they are equal and has the sign of their order otherwise (IEEE
-        subtraction keeps subnormals), so Σ d and Σ |d| give the counts above and equal. Excluded columns
-        (padding, the user's history except the target, the last tile's columns past n_items) are set to −inf,
-        below every finite target score."""
+        scores it is compared with, and each tile is counted while it is in the cache (the parts run on
+        ``torch.get_num_threads()`` threads, one thread each). A tile is counted with d = sign(s − s_target): for
+        finite float32 scores the difference is 0 exactly when they are equal and has the sign of their order
+        otherwise (IEEE subtraction keeps subnormals), so Σ d and Σ |d| give the counts above and equal. Excluded
+        columns (padding, the user's history except the target, the last tile's columns past n_items) are set to
+        −inf, below every finite target score."""
         if not len(rows):
             return None
         bar.set_description_str(f"{label} (queries)")
@@ -379,35 +381,47 @@ class Evaluator:
         group_ends = torch.bincount(target_tile, minlength=n_tiles).cumsum(0).tolist()
         tile_starts = torch.arange(n_tiles + 1) * TILE_ITEMS
         sums = torch.zeros(2, len(rows), dtype=torch.float64)  # per user: Σ d and Σ |d| over every tile
-        buffer = torch.empty(TILE_USERS, TILE_ITEMS)
+
+        def rank(first_tile: int, part: torch.Tensor) -> torch.Tensor:
+            q, target = queries[part], targets[part]
+            history_rows, history_items = view.flat(rows[part.numpy()])
+            kept = history_items != target.numpy()[history_rows]
+            excluded_items, by_item = torch.from_numpy(history_items[kept]).sort(stable=True)
+            excluded_rows = torch.from_numpy(history_rows[kept])[by_item]
+            excluded_bounds = torch.searchsorted(excluded_items, tile_starts).tolist()
+            scores, part_sums, reference = torch.empty(len(part), TILE_ITEMS), torch.zeros(2, len(part)).double(), None
+            for tile in [first_tile, *(t for t in range(n_tiles) if t != first_tile)]:
+                lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
+                torch.matmul(q, E[lo:hi].T, out=scores)
+                if b is not None:
+                    scores.add_(b[lo:hi])
+                if reference is None:
+                    reference = scores.gather(1, (target - lo)[:, None])
+                cut = slice(excluded_bounds[tile], excluded_bounds[tile + 1])
+                scores[excluded_rows[cut], excluded_items[cut] - lo] = -math.inf
+                scores[:, max(0, n_slots - lo):] = -math.inf  # past n_items (last tile only)
+                if tile == 0:
+                    scores[:, 0] = -math.inf  # padding
+                part_sums[0] += scores.sub_(reference).sign_().sum(1)
+                part_sums[1] += scores.abs_().sum(1)
+            return part_sums
+
+        parts = [(tile, order[start:min(start + TILE_USERS, end)])
+                 for tile, (begin, end) in enumerate(zip([0, *group_ends], group_ends))
+                 for start in range(begin, end, TILE_USERS)]
         bar.reset()
         bar.set_description_str(f"{label} (ranking)")
-        for first_tile, (group_start, group_end) in enumerate(zip([0, *group_ends], group_ends)):
-            for start in range(group_start, group_end, TILE_USERS):
-                part = order[start:min(start + TILE_USERS, group_end)]
-                q, target = queries[part], targets[part]
-                history_rows, history_items = view.flat(rows[part.numpy()])
-                kept = history_items != target.numpy()[history_rows]
-                excluded_items, by_item = torch.from_numpy(history_items[kept]).sort(stable=True)
-                excluded_rows = torch.from_numpy(history_rows[kept])[by_item]
-                excluded_bounds = torch.searchsorted(excluded_items, tile_starts).tolist()
-                scores, part_sums, reference = buffer[:len(part)], torch.zeros(2, len(part), dtype=torch.float64), None
-                for tile in [first_tile, *(t for t in range(n_tiles) if t != first_tile)]:
-                    lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
-                    torch.matmul(q, E[lo:hi].T, out=scores)
-                    if b is not None:
-                        scores.add_(b[lo:hi])
-                    if reference is None:
-                        reference = scores.gather(1, (target - lo)[:, None])
-                    cut = slice(excluded_bounds[tile], excluded_bounds[tile + 1])
-                    scores[excluded_rows[cut], excluded_items[cut] - lo] = -math.inf
-                    scores[:, max(0, n_slots - lo):] = -math.inf  # past n_items (last tile only)
-                    if tile == 0:
-                        scores[:, 0] = -math.inf  # padding
-                    part_sums[0] += scores.sub_(reference).sign_().sum(1)
-                    part_sums[1] += scores.abs_().sum(1)
-                sums[:, part] = part_sums
-                bar.update(len(part))
+        # One part per thread, each single-threaded: splitting every small tile operation between threads makes
+        # them wait for each other thousands of times, which costs seconds once another process takes a core.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                for (_, part), part_sums in zip(parts, pool.map(lambda job: rank(*job), parts)):
+                    sums[:, part] = part_sums
+                    bar.update(len(part))
+        finally:
+            torch.set_num_threads(threads)
         signs, magnitudes = sums
         greater = ((signs + magnitudes) / 2).long().numpy()
         ties = (n_tiles * TILE_ITEMS - magnitudes).long().numpy() - 1  # the target equals itself

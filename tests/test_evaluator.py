@@ -475,7 +475,9 @@ def test_tiled_full_ranking_by_hand_ties_across_tiles_and_subnormal_differences(
     if with_bias:  # the same scores, split between the product and the bias
         items, bias = items - 1, np.ones(11, dtype=np.float32)
     model = ProductScorer(queries, items, bias)
+    threads = torch.get_num_threads()
     tiled, general = both_paths(model, split)
+    assert torch.get_num_threads() == threads  # the ranking's one-thread-per-part setting is undone
     # user 0: target 9 (score 2), history {3, 5, 7} left out; above: 1, 6, 10; tied: 2, 4, 8 (three tiles).
     # user 1: target 1 (score 5) was consumed before and stays a candidate; above: 3, 7; none tied.
     # user 2: target 8 (score 2), history {2..7}; above: 1, 10; tied: 9.
