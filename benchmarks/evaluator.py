@@ -283,32 +283,34 @@ class Evaluator:
         # counts are returned in the order of ``rows``.
         order = np.arange(len(rows)) if negatives is not None else np.argsort(view.lengths[rows], kind="stable")
         scored = rows[order]
-        greater = np.zeros(len(rows), dtype=np.int64)
-        ties = np.zeros(len(rows), dtype=np.int64)
         label = f"{model_name} {split} {protocol}"
         bar = progress_bar(len(rows), label, self.progress if progress is None else progress, unit="user")
         with evaluation_mode(model), bar:
             tiled = (self.tiled and negatives is None and model.device.type == "cpu"
                      and hasattr(model, "score_factors"))
-            counts = tiled and self._tiled_full_counts(model, view, scored, batch_size, bar, label)
-            if counts:
-                greater, ties = counts
-            for start, chunk, users_t, histories in ([] if counts else
-                                                     history_batches(model, view, scored, batch_size)):
-                targets = torch.from_numpy(view.targets[chunk]).to(histories.device)
-                if negatives is None:
-                    g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
-                else:
-                    candidate_order = self._candidate_order(rows, start, start + len(chunk), n_columns)
-                    chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
-                    g, t = self._sampled_counts(model, model_name, users_t, histories, targets,
-                                                candidate_order.to(targets.device), chosen)
-                greater[start:start + len(chunk)] = g.cpu().numpy()
-                ties[start:start + len(chunk)] = t.cpu().numpy()
-                bar.update(len(chunk))
+            greater, ties = ((tiled and self._tiled_full_counts(model, view, scored, batch_size, bar, label))
+                             or self._chunk_counts(model, model_name, view, rows, scored, negatives, batch_size, bar))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))
         return RankCounts(view.users[rows], greater[in_order], ties[in_order])
+
+    def _chunk_counts(self, model, model_name, view, rows, scored, negatives, batch_size: int, bar):
+        """(greater, ties) of the users ``scored`` (``rows`` in scoring order), one ``score`` call per chunk."""
+        greater = np.zeros(len(scored), dtype=np.int64)
+        ties = np.zeros(len(scored), dtype=np.int64)
+        for start, chunk, users_t, histories in history_batches(model, view, scored, batch_size):
+            targets = torch.from_numpy(view.targets[chunk]).to(histories.device)
+            if negatives is None:
+                g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
+            else:
+                order = self._candidate_order(rows, start, start + len(chunk), negatives.shape[1] + 1)
+                chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
+                g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order.to(targets.device),
+                                            chosen)
+            greater[start:start + len(chunk)] = g.cpu().numpy()
+            ties[start:start + len(chunk)] = t.cpu().numpy()
+            bar.update(len(chunk))
+        return greater, ties
 
     def _check_shape(self, scores: torch.Tensor, shape: tuple, model_name: str) -> None:
         if tuple(scores.shape) != shape:
@@ -389,7 +391,8 @@ class Evaluator:
             excluded_items, by_item = torch.from_numpy(history_items[kept]).sort(stable=True)
             excluded_rows = torch.from_numpy(history_rows[kept])[by_item]
             excluded_bounds = torch.searchsorted(excluded_items, tile_starts).tolist()
-            scores, part_sums, reference = torch.empty(len(part), TILE_ITEMS), torch.zeros(2, len(part)).double(), None
+            scores, reference = torch.empty(len(part), TILE_ITEMS), None
+            part_sums = torch.zeros(2, len(part), dtype=torch.float64)
             for tile in [first_tile, *(t for t in range(n_tiles) if t != first_tile)]:
                 lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
                 torch.matmul(q, E[lo:hi].T, out=scores)

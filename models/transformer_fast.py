@@ -93,24 +93,28 @@ class DroppedAttention(torch.autograd.Function):
     ∂S = P ⊙ (∂P − Σ_j ∂P_j P_j)."""
 
     @staticmethod
+    def weights(q, k, mask) -> torch.Tensor:
+        """P = softmax(q kᵀ/√d_h + M)."""
+        return torch.softmax(((q * q.shape[-1] ** -0.5) @ k.mT).add_(mask), dim=-1)
+
+    @staticmethod
     def forward(ctx, q, k, v, mask, keep, p: float):
-        scale = q.shape[-1] ** -0.5
-        weights = torch.softmax(((q * scale) @ k.mT).add_(mask), dim=-1)
         ctx.save_for_backward(q, k, v, mask, keep)
-        ctx.scale, ctx.p = scale, p
-        return ((weights * keep) @ v).div_(1.0 - p)
+        ctx.p = p
+        return ((DroppedAttention.weights(q, k, mask) * keep) @ v).div_(1.0 - p)
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, mask, keep = ctx.saved_tensors
-        weights = torch.softmax(((q * ctx.scale) @ k.mT).add_(mask), dim=-1)
+        weights = DroppedAttention.weights(q, k, mask)
         keep = keep.to(weights.dtype)  # once, for both products below
         grad = grad / (1.0 - ctx.p)
         grad_weights = (grad @ v.mT).mul_(keep)
         grad_scores = grad_weights * weights
         grad_scores.sub_(grad_scores.sum(-1, keepdim=True) * weights)  # P ⊙ ∂P − P Σ_j ∂P_j P_j
         grad_v = weights.mul_(keep).mT @ grad
-        return (grad_scores @ k).mul_(ctx.scale), (grad_scores.mT @ q).mul_(ctx.scale), grad_v, None, None, None
+        scale = q.shape[-1] ** -0.5
+        return (grad_scores @ k).mul_(scale), (grad_scores.mT @ q).mul_(scale), grad_v, None, None, None
 
 
 def _recomputed_attention(q, k, v, mask, dropout: float):
