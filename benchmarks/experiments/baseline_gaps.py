@@ -10,7 +10,10 @@ epoch count its protocol run selected; that number breaks ``protocol.md`` and is
 
 A variant is ``NAME: FIELD=VALUE; FIELD=VALUE`` (model or trainer fields, as ``--set`` takes them). The pseudo
 field ``pretrain=EPOCHS`` (NCF only) first trains GMF and MLP alone for that many epochs each and starts NeuMF
-from them (``NCF.from_towers``, α = 0.5), the NCF paper's pre-training. The summary JSON is rewritten after
+from them (``NCF.from_towers``, α = 0.5), the NCF paper's pre-training. ``score_max_len=N`` also tests the trained
+model reading the last N history items (GRU4Rec: the code reads whole sessions). ``float32_dropout=1`` draws the
+CPU dropout masks of SASRec and BERT4Rec from float32 uniforms, as the official TensorFlow code does, instead of
+16-bit fractions (``models.transformer_fast.dropout_keep_mask``). The summary JSON is rewritten after
 every run, so an interrupted sweep keeps what it finished.
 
     python -m benchmarks.experiments.baseline_gaps --model bprmf --epochs 60 --seeds 0 1 \\
@@ -19,11 +22,13 @@ every run, so an interrupted sweep keeps what it finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -35,10 +40,16 @@ from benchmarks.store import write_json
 from benchmarks.trainer import Trainer
 from datasets import load_dataset, resolve_cache_dir
 from datasets.sequences import Histories, LeaveOneOutSplit
-from models import model_class
+from models import model_class, transformer_fast
 
 PRETRAIN = "pretrain"
 SCORE_MAX_LEN = "score_max_len"
+FLOAT32_DROPOUT = "float32_dropout"
+
+
+def float32_keep_mask(shape: tuple, p: float, device: torch.device) -> torch.Tensor:
+    """Keeps each entry where a float32 uniform draw is at least p, as TensorFlow's dropout."""
+    return torch.rand(shape, device=device) >= p
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -124,7 +135,7 @@ class Runs:
 
     def variant(self, overrides: list[str], seed: int) -> dict:
         pseudo = {o.split("=", 1)[0]: int(o.split("=", 1)[1]) for o in overrides
-                  if o.startswith((PRETRAIN + "=", SCORE_MAX_LEN + "="))}
+                  if o.startswith((PRETRAIN + "=", SCORE_MAX_LEN + "=", FLOAT32_DROPOUT + "="))}
         overrides = [o for o in overrides if o.split("=", 1)[0] not in pseudo]
         pretrain_epochs = pseudo.get(PRETRAIN, 0)
         model_config, settings = self.config(overrides, seed)
@@ -134,16 +145,19 @@ class Runs:
         def validate(model):
             return evaluator.evaluate(model, "valid", settings.valid_protocol, self.args.model, valid_users).metrics
 
+        masks = (mock.patch.object(transformer_fast, "dropout_keep_mask", float32_keep_mask)
+                 if pseudo.get(FLOAT32_DROPOUT) else contextlib.nullcontext())
         row = {"seed": seed, "load_before": load_average(),
                "hyperparameters": dataclasses.asdict(model_config),
                "train_settings": {k: v for k, v in dataclasses.asdict(settings).items()
-                                  if k not in ("progress", "checkpoint")},
-               "protocol_run": self.run(model_config, settings, self.split.train(), validate, evaluator,
-                                        pretrain_epochs, pseudo.get(SCORE_MAX_LEN, 0))}
-        if self.args.merge_valid:
-            refit = dataclasses.replace(settings, max_epochs=max(1, row["protocol_run"]["best_epoch"]))
-            row["merged_valid_run"] = self.run(model_config, refit, self.train_with_valid_item, None, evaluator,
-                                               pretrain_epochs)
+                                  if k not in ("progress", "checkpoint")}}
+        with masks:
+            row["protocol_run"] = self.run(model_config, settings, self.split.train(), validate, evaluator,
+                                           pretrain_epochs, pseudo.get(SCORE_MAX_LEN, 0))
+            if self.args.merge_valid:
+                refit = dataclasses.replace(settings, max_epochs=max(1, row["protocol_run"]["best_epoch"]))
+                row["merged_valid_run"] = self.run(model_config, refit, self.train_with_valid_item, None,
+                                                   evaluator, pretrain_epochs)
         row["load_after"] = load_average()
         return row
 
