@@ -45,6 +45,7 @@ from models import model_class, transformer_fast
 PRETRAIN = "pretrain"
 SCORE_MAX_LEN = "score_max_len"
 FLOAT32_DROPOUT = "float32_dropout"
+PSEUDO_FIELDS = (PRETRAIN, SCORE_MAX_LEN, FLOAT32_DROPOUT)  # read here, not passed to --set
 
 
 def float32_keep_mask(shape: tuple, p: float, device: torch.device) -> torch.Tensor:
@@ -134,9 +135,9 @@ class Runs:
                 "metrics": metrics, **longer, "curve": curve}
 
     def variant(self, overrides: list[str], seed: int) -> dict:
-        pseudo = {o.split("=", 1)[0]: int(o.split("=", 1)[1]) for o in overrides
-                  if o.startswith((PRETRAIN + "=", SCORE_MAX_LEN + "=", FLOAT32_DROPOUT + "="))}
-        overrides = [o for o in overrides if o.split("=", 1)[0] not in pseudo]
+        pseudo = {name: int(value) for name, _, value in (o.partition("=") for o in overrides)
+                  if name in PSEUDO_FIELDS}
+        overrides = [o for o in overrides if o.partition("=")[0] not in PSEUDO_FIELDS]
         pretrain_epochs = pseudo.get(PRETRAIN, 0)
         model_config, settings = self.config(overrides, seed)
         evaluator = Evaluator(self.split, seed=seed, cache_dir=self.negatives_dir)
