@@ -19,13 +19,13 @@ DEFAULT_RELEVANCE_MODELS = ("pop", "bprmf", "lstm-rel", "bert4rec-rel")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from benchmarks.cli import add_run_options
-    from benchmarks.config import PROFILES
-    from benchmarks.evaluator import PROTOCOLS
-    from benchmarks.negatives import PAIRS
-    from benchmarks.jobs import TASKS
-    from datasets import DATASET_NAMES
-    from models import model_names
+    from recbench.benchmarks.cli import add_run_options
+    from recbench.benchmarks.config import PROFILES
+    from recbench.benchmarks.evaluator import PROTOCOLS
+    from recbench.benchmarks.negatives import PAIRS
+    from recbench.benchmarks.jobs import TASKS
+    from recbench.datasets import DATASET_NAMES
+    from recbench.models import model_names
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="next-item", choices=TASKS,
@@ -76,9 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from benchmarks.cli import guard, run_grid
-    from benchmarks.jobs import Job
-    from benchmarks.runner import print_tables
+    from recbench.benchmarks.cli import guard, run_grid
+    from recbench.benchmarks.jobs import Job
+    from recbench.benchmarks.runner import print_tables
 
     def run() -> int:
         jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides), task=args.task)

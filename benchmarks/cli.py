@@ -53,8 +53,8 @@ def run_grid(args: argparse.Namespace, jobs: list, *, protocols, profile: str, o
     gives it) and the report; returns the exit code."""
     import dataclasses
 
-    from benchmarks.runner import GridError, GridInterrupted, plan_grid, run_jobs
-    from benchmarks.store import ResultStore
+    from recbench.benchmarks.runner import GridError, GridInterrupted, plan_grid, run_jobs
+    from recbench.benchmarks.store import ResultStore
 
     if args.compile:
         jobs = [dataclasses.replace(job, overrides=(*job.overrides, "compile=true")) for job in jobs]
@@ -63,7 +63,7 @@ def run_grid(args: argparse.Namespace, jobs: list, *, protocols, profile: str, o
                    progress=not args.quiet, preloaded=preloaded)
     try:
         if args.dry_run:
-            from benchmarks.execution import Executor
+            from recbench.benchmarks.execution import Executor
 
             Executor.check(args.jobs, args.device, args.dask_scheduler, args.threads)
             planned, _ = plan_grid(jobs, **options)
@@ -88,7 +88,7 @@ def run_grid(args: argparse.Namespace, jobs: list, *, protocols, profile: str, o
     if rows:
         (output / "table.md").write_text(table(rows))
         if not args.no_report:
-            from reports import generate_report
+            from recbench.reports import generate_report
 
             print(f"report: {generate_report(output)}")
         print(f"results: {output / 'results.jsonl'}")
@@ -121,7 +121,7 @@ def print_plan(planned: list, store=None) -> None:
 
 def guard(main: Callable[[], int], debug: bool) -> int:
     """Run ``main``; an error no grid step caught becomes two lines instead of a traceback (unless --debug)."""
-    from datasets import DatasetFormatError, MissingDataError
+    from recbench.datasets import DatasetFormatError, MissingDataError
 
     try:
         return main()

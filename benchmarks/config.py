@@ -16,9 +16,9 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.trainer import TrainSettings
-from models import model_class
-from models.base import show
+from recbench.benchmarks.trainer import TrainSettings
+from recbench.models import model_class
+from recbench.models.base import show
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 PROFILES = ("smoke", "paper")
@@ -134,7 +134,7 @@ def resolve(model_name: str, dataset: str, profile: str = "paper",
 def check_overrides(overrides, model_names: list[str]) -> list[str]:
     """Fail early on a ``--set`` whose model prefix is not a model, or whose field no selected model and no
     trainer setting has. Returns notes for overrides that apply to none of the selected models."""
-    from models import model_names as registered
+    from recbench.models import model_names as registered
 
     train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
     known = set(train_fields)

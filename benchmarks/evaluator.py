@@ -31,11 +31,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
-from benchmarks.store import npz_bytes, write_atomic
-from datasets.progress import progress_bar
-from datasets.sequences import LeaveOneOutSplit
-from models.base import Recommender
+from recbench.benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
+from recbench.benchmarks.store import npz_bytes, write_atomic
+from recbench.datasets.progress import progress_bar
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models.base import Recommender
 
 PROTOCOLS = ("full", *SAMPLED_PROTOCOLS)
 TIE_POLICIES = ("expected", "pessimistic", "optimistic")

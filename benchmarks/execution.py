@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import joblib
 import torch
 
-from benchmarks.trainer import resolve_device
+from recbench.benchmarks.trainer import resolve_device
 
 RETRIES = 2  # new starts of the unfinished jobs after a local worker process died
 
@@ -61,7 +61,7 @@ class Executor:
     @staticmethod
     def check(n_jobs: int, device: str, dask_scheduler: str | None, threads: int | None = None) -> None:
         """Fail before planning on options that cannot work (raises :class:`benchmarks.runner.GridError`)."""
-        from benchmarks.runner import GridError
+        from recbench.benchmarks.runner import GridError
 
         if n_jobs < 1:
             raise GridError(f"--jobs {n_jobs}: must be >= 1")
@@ -83,7 +83,7 @@ class Executor:
     def _check_cluster(self) -> None:
         """The scheduler unpickles the tasks and the workers run them: both must import this suite's code,
         or the grid would hang. Say how to start them instead."""
-        probe = "import benchmarks.runner"  # run with exec(), a builtin, which the cluster can always unpickle
+        probe = "import recbench.benchmarks.runner"  # run with exec(), a builtin, which the cluster can always unpickle
         where = []
         try:
             self.client.run_on_scheduler(exec, probe)
@@ -103,7 +103,7 @@ class Executor:
 
     @staticmethod
     def _error(message: str):
-        from benchmarks.runner import GridError
+        from recbench.benchmarks.runner import GridError
 
         return GridError(message)
 
@@ -122,7 +122,7 @@ class Executor:
 
     def run(self, payloads: list, datasets: dict, started: Callable) -> Iterator:
         """Outcomes of ``payloads`` as they finish; ``started(planned_job)`` is called as each is handed out."""
-        from benchmarks.runner import run_job
+        from recbench.benchmarks.runner import run_job
 
         for payload in payloads:
             payload.device_pool = self.device_pool
@@ -151,14 +151,14 @@ class Executor:
                          f"resuming from their checkpoints")
                 for payload in remaining:
                     payload.resume = True
-        from benchmarks.runner import JobOutcome
+        from recbench.benchmarks.runner import JobOutcome
 
         for payload in remaining:
             yield JobOutcome(payload.planned.key, payload.planned.run_id, "failed", error_type="WorkerDied",
                              error=f"its worker process died {RETRIES + 1} times (killed, or out of memory)")
 
     def _parallel(self, payloads, datasets, started, n_jobs: int):
-        from benchmarks.runner import run_job
+        from recbench.benchmarks.runner import run_job
 
         def tasks():
             for payload in payloads:

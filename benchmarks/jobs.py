@@ -16,10 +16,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from benchmarks.config import ResolvedConfig
-from benchmarks.evaluator import DEFAULT_METRICS
-from benchmarks.negatives import PAIRS
-from benchmarks.relevance import TASK as RELEVANCE
+from recbench.benchmarks.config import ResolvedConfig
+from recbench.benchmarks.evaluator import DEFAULT_METRICS
+from recbench.benchmarks.negatives import PAIRS
+from recbench.benchmarks.relevance import TASK as RELEVANCE
 
 TASKS = ("next-item", RELEVANCE)
 KEY_VERSION = 1  # bump when the key's contents change meaning, so that old keys never match new jobs
@@ -78,8 +78,8 @@ class PlannedJob:
     @property
     def trains(self) -> bool:
         """Whether the model has gradient training (POP has none, so trainer settings do not concern it)."""
-        from models import model_class
-        from models.base import NeuralRecommender
+        from recbench.models import model_class
+        from recbench.models.base import NeuralRecommender
 
         return issubclass(model_class(self.job.model), NeuralRecommender)
 

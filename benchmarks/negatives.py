@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets.progress import progress_bar
-from datasets.sequences import SequenceData
+from recbench.datasets.progress import progress_bar
+from recbench.datasets.sequences import SequenceData
 
 SAMPLED_PROTOCOLS = {"pop100": "popularity", "uni100": "uniform"}
 PAIRS = "pairs"  # relevance prediction: one uniform negative per user (benchmarks.relevance)

@@ -34,10 +34,10 @@ from scipy.special import expit
 from scipy.stats import rankdata
 from torch import nn
 
-from benchmarks.evaluator import ScoreError, evaluation_mode, history_batches
-from benchmarks.negatives import PAIRS, load_or_sample
-from datasets.sequences import LeaveOneOutSplit
-from models.base import Recommender
+from recbench.benchmarks.evaluator import ScoreError, evaluation_mode, history_batches
+from recbench.benchmarks.negatives import PAIRS, load_or_sample
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models.base import Recommender
 
 TASK = "relevance"  # the ``task`` of its result rows; their ``protocol`` is ``pairs``
 SELECTION_METRICS = ("accuracy", "AUC")  # higher is better: what the trainer may select on

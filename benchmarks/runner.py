@@ -33,19 +33,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.config import ConfigError, check_overrides, resolve
-from benchmarks.evaluator import Evaluator
-from benchmarks.jobs import TIE_POLICY, Job, PlannedJob
-from benchmarks.negatives import PAIRS, SAMPLED_PROTOCOLS, load_or_sample
-from benchmarks.provenance import PeakMemory, describe_device, git_commit, library_versions
-from benchmarks.relevance import SELECTION_METRICS, TASK as RELEVANCE, RelevanceEvaluator, calibrate
-from benchmarks.store import ResultStore
-from benchmarks.trainer import fit_model, resolve_device
-from datasets import (DatasetFormatError, MissingDataError, dataset_on_disk, load_dataset, resolve_cache_dir,
+from recbench.benchmarks.config import ConfigError, check_overrides, resolve
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.jobs import TIE_POLICY, Job, PlannedJob
+from recbench.benchmarks.negatives import PAIRS, SAMPLED_PROTOCOLS, load_or_sample
+from recbench.benchmarks.provenance import PeakMemory, describe_device, git_commit, library_versions
+from recbench.benchmarks.relevance import SELECTION_METRICS, TASK as RELEVANCE, RelevanceEvaluator, calibrate
+from recbench.benchmarks.store import ResultStore
+from recbench.benchmarks.trainer import fit_model, resolve_device
+from recbench.datasets import (DatasetFormatError, MissingDataError, dataset_on_disk, load_dataset, resolve_cache_dir,
                       resolve_data_dir)
-from datasets.sequences import LeaveOneOutSplit, SequenceData
-from models import model_class
-from models.relevance import RelevanceModel
+from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
+from recbench.models import model_class
+from recbench.models.relevance import RelevanceModel
 
 SCHEMA_VERSION = 1
 
@@ -384,7 +384,7 @@ def run_jobs(jobs: list[Job], *, protocols=("full", "pop100"), profile: str = "s
     worker processes, ``dask_scheduler`` sends them to a Dask cluster. Raises :class:`GridError` before any
     training when the grid cannot run, and :class:`GridInterrupted` on Ctrl-C.
     """
-    from benchmarks.execution import Executor
+    from recbench.benchmarks.execution import Executor
 
     output = Path(output).resolve()
     cache = resolve_cache_dir(cache_dir)

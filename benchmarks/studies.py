@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.config import check_overrides, parse_override
-from benchmarks.jobs import Job
-from benchmarks.trainer import TrainSettings
-from models import model_class
+from recbench.benchmarks.config import check_overrides, parse_override
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.trainer import TrainSettings
+from recbench.models import model_class
 
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainSettings)}
 
@@ -119,9 +119,9 @@ def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from benchmarks.cli import add_run_options
-    from benchmarks.config import PROFILES
-    from benchmarks.evaluator import PROTOCOLS
+    from recbench.benchmarks.cli import add_run_options
+    from recbench.benchmarks.config import PROFILES
+    from recbench.benchmarks.evaluator import PROTOCOLS
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,7 +163,7 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from benchmarks.cli import guard, run_grid
+    from recbench.benchmarks.cli import guard, run_grid
 
     def run() -> int:
         jobs = build_jobs(args)

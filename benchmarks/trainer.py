@@ -22,13 +22,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from benchmarks.evaluator import PROTOCOLS, check_metric_name
-from benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
-from benchmarks.relevance import SELECTION_METRICS
-from datasets.sequences import Histories
-from models.base import NeuralRecommender, Recommender, Validator
-from models.base import require as require_setting
-from models.base import require_choice
+from recbench.benchmarks.evaluator import PROTOCOLS, check_metric_name
+from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
+from recbench.benchmarks.relevance import SELECTION_METRICS
+from recbench.datasets.sequences import Histories
+from recbench.models.base import NeuralRecommender, Recommender, Validator
+from recbench.models.base import require as require_setting
+from recbench.models.base import require_choice
 
 
 FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)

@@ -9,14 +9,14 @@
 See ``registry.py`` for the datasets and their sources, ``preprocess.py`` for the preprocessing steps,
 ``loader.py`` for file lookup, downloads and caching, ``synthetic.py`` for generated data.
 """
-from datasets.errors import ChecksumError, DatasetFormatError, DownloadError, MissingDataError
-from datasets.loader import (CACHE_DIR_ENV, DATA_DIR_ENV, dataset_on_disk, load_dataset, resolve_cache_dir,
+from recbench.datasets.errors import ChecksumError, DatasetFormatError, DownloadError, MissingDataError
+from recbench.datasets.loader import (CACHE_DIR_ENV, DATA_DIR_ENV, dataset_on_disk, load_dataset, resolve_cache_dir,
                              resolve_data_dir)
-from datasets.preprocess import Preprocessing, prepare
-from datasets.readers import FORMATS, Interactions, read_interactions
-from datasets.registry import DATASET_NAMES, PAPER_DATASETS, URLS, dataset_names
-from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
-from datasets.synthetic import generate
+from recbench.datasets.preprocess import Preprocessing, prepare
+from recbench.datasets.readers import FORMATS, Interactions, read_interactions
+from recbench.datasets.registry import DATASET_NAMES, PAPER_DATASETS, URLS, dataset_names
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
+from recbench.datasets.synthetic import generate
 
 __all__ = [
     "load_dataset", "dataset_on_disk", "DATASET_NAMES", "PAPER_DATASETS", "dataset_names", "URLS",

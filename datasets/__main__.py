@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from datasets.loader import CACHE_DIR_ENV, DATA_DIR_ENV, load_dataset
-from datasets.registry import DATASET_NAMES, REGISTRY, DatasetSpec
+from recbench.datasets.loader import CACHE_DIR_ENV, DATA_DIR_ENV, load_dataset
+from recbench.datasets.registry import DATASET_NAMES, REGISTRY, DatasetSpec
 
 
 def _accepted_files() -> str:

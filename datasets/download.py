@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from datasets.errors import ChecksumError, DownloadError
+from recbench.datasets.errors import ChecksumError, DownloadError
 
 CHUNK = 1 << 20
 USER_AGENT = "recbench-datasets (+https://github.com/FeiSun/BERT4Rec reproduction)"

@@ -20,14 +20,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from datasets.download import download as fetch
-from datasets.download import sha256_of
-from datasets.errors import ChecksumError, DownloadError, MissingDataError
-from datasets.preprocess import prepare
-from datasets.readers import describe, find_member, read_interactions
-from datasets.registry import DatasetSpec, Source, SyntheticSpec, get_spec
-from datasets.sequences import SequenceData
-from datasets.synthetic import GENERATOR_VERSION, generate
+from recbench.datasets.download import download as fetch
+from recbench.datasets.download import sha256_of
+from recbench.datasets.errors import ChecksumError, DownloadError, MissingDataError
+from recbench.datasets.preprocess import prepare
+from recbench.datasets.readers import describe, find_member, read_interactions
+from recbench.datasets.registry import DatasetSpec, Source, SyntheticSpec, get_spec
+from recbench.datasets.sequences import SequenceData
+from recbench.datasets.synthetic import GENERATOR_VERSION, generate
 
 logger = logging.getLogger(__name__)
 

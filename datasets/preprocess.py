@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from datasets.errors import DatasetFormatError
-from datasets.readers import Interactions
-from datasets.sequences import SequenceData
+from recbench.datasets.errors import DatasetFormatError
+from recbench.datasets.readers import Interactions
+from recbench.datasets.sequences import SequenceData
 
 PIPELINE_VERSION = 1
 MIN_SPLIT_LENGTH = 3  # training item(s) + validation + test

@@ -28,8 +28,8 @@ from typing import BinaryIO, Iterator
 import numpy as np
 import pandas as pd
 
-from datasets.errors import DatasetFormatError
-from datasets.progress import counted_reads
+from recbench.datasets.errors import DatasetFormatError
+from recbench.datasets.progress import counted_reads
 
 
 @dataclass(frozen=True)

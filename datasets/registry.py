@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from datasets.preprocess import Preprocessing
+from recbench.datasets.preprocess import Preprocessing
 
 GITHUB_BERT4REC = "https://raw.githubusercontent.com/FeiSun/BERT4Rec/master/data"
 GROUPLENS = "https://files.grouplens.org/datasets/movielens"

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from datasets.progress import progress_bar
-from datasets.sequences import SequenceData
+from recbench.datasets.progress import progress_bar
+from recbench.datasets.sequences import SequenceData
 
 GENERATOR_VERSION = 3  # 3: genres and user taste; successors on genre rings chosen by popularity
 _CHUNK_CELLS = 1 << 26  # users per chunk x (n_items + 1) booleans: 64 MiB

@@ -7,20 +7,20 @@ from __future__ import annotations
 import importlib
 
 _REGISTRY = {
-    "pop": "models.pop:Pop",
-    "bprmf": "models.bprmf:BPRMF",
-    "sasrec": "models.sasrec:SASRec",
-    "sasrec-ce": "models.sasrec:SASRecCE",
-    "bert4rec": "models.bert4rec:BERT4Rec",
-    "bert4rec-1mask": "models.bert4rec:BERT4Rec1Mask",
-    "ncf": "models.ncf:NCF",
-    "fpmc": "models.fpmc:FPMC",
-    "gru4rec": "models.gru4rec:GRU4Rec",
-    "gru4rec+": "models.gru4rec_plus:GRU4RecPlus",
-    "caser": "models.caser:Caser",
-    "lstm": "models.lstm:LSTM",
-    "lstm-rel": "models.lstm_relevance:LSTMRelevance",
-    "bert4rec-rel": "models.bert4rec_relevance:BERT4RecRelevance",
+    "pop": "recbench.models.pop:Pop",
+    "bprmf": "recbench.models.bprmf:BPRMF",
+    "sasrec": "recbench.models.sasrec:SASRec",
+    "sasrec-ce": "recbench.models.sasrec:SASRecCE",
+    "bert4rec": "recbench.models.bert4rec:BERT4Rec",
+    "bert4rec-1mask": "recbench.models.bert4rec:BERT4Rec1Mask",
+    "ncf": "recbench.models.ncf:NCF",
+    "fpmc": "recbench.models.fpmc:FPMC",
+    "gru4rec": "recbench.models.gru4rec:GRU4Rec",
+    "gru4rec+": "recbench.models.gru4rec_plus:GRU4RecPlus",
+    "caser": "recbench.models.caser:Caser",
+    "lstm": "recbench.models.lstm:LSTM",
+    "lstm-rel": "recbench.models.lstm_relevance:LSTMRelevance",
+    "bert4rec-rel": "recbench.models.bert4rec_relevance:BERT4RecRelevance",
 }
 
 

@@ -26,7 +26,7 @@ from typing import Callable, ClassVar, NamedTuple
 import torch
 from torch import nn
 
-from datasets.sequences import Histories
+from recbench.datasets.sequences import Histories
 
 Validator = Callable[["Recommender"], dict]
 

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, ScoreFactors, require_choice
-from models.transformer import (POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows,
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import NeuralRecommender, ScoreFactors, require_choice
+from recbench.models.transformer import (POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows,
                                 window_matrix)
-from models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
+from recbench.models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
 
 
 SOFTMAX_CLASSES = ("vocabulary", "items")

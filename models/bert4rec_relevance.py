@@ -29,13 +29,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender
-from models.bert4rec import BERT4Rec
-from models.relevance import RelevanceModel
-from models.sampling import InteractionSet
-from models.transformer import EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
-from models.transformer_fast import PackedSequenceEncoder, trim_padding
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import NeuralRecommender
+from recbench.models.bert4rec import BERT4Rec
+from recbench.models.relevance import RelevanceModel
+from recbench.models.sampling import InteractionSet
+from recbench.models.transformer import EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
+from recbench.models.transformer_fast import PackedSequenceEncoder, trim_padding
 
 
 @dataclass

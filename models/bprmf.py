@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import Histories
-from models.base import NeuralRecommender, ScoreFactors, require
-from models.sampling import InteractionSet, support_weights, uniform_negatives, weighted_negatives
+from recbench.datasets.sequences import Histories
+from recbench.models.base import NeuralRecommender, ScoreFactors, require
+from recbench.models.sampling import InteractionSet, support_weights, uniform_negatives, weighted_negatives
 
 
 @dataclass

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, ScoreFactors, require
-from models.sampling import InteractionSet, dropout, uniform_negatives
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import NeuralRecommender, ScoreFactors, require
+from recbench.models.sampling import InteractionSet, dropout, uniform_negatives
 
 
 @dataclass

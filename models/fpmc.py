@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, require
-from models.sampling import InteractionSet, uniform_negatives
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import NeuralRecommender, require
+from recbench.models.sampling import InteractionSet, uniform_negatives
 
 
 @dataclass

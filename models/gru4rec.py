@@ -45,10 +45,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import require, require_choice
-from models.recurrent import RecurrentRecommender
-from models.sampling import dropout
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import require, require_choice
+from recbench.models.recurrent import RecurrentRecommender
+from recbench.models.sampling import dropout
 
 TRAINING = ("session-parallel", "windows")
 FINAL_ACTIVATIONS = {"linear": lambda x: x, "tanh": torch.tanh}

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from datasets.sequences import Histories
-from models.base import require
-from models.gru4rec import GRU4Rec, GRU4RecConfig, ranking_loss
-from models.sampling import support_weights, weighted_negatives
+from recbench.datasets.sequences import Histories
+from recbench.models.base import require
+from recbench.models.gru4rec import GRU4Rec, GRU4RecConfig, ranking_loss
+from recbench.models.sampling import support_weights, weighted_negatives
 
 
 @dataclass

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import PAD
-from models.base import require
-from models.recurrent import RecurrentRecommender, run_rnn
-from models.sampling import dropout
+from recbench.datasets.sequences import PAD
+from recbench.models.base import require
+from recbench.models.recurrent import RecurrentRecommender, run_rnn
+from recbench.models.sampling import dropout
 
 
 @dataclass

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from datasets.sequences import PAD, Histories
-from models.base import require
-from models.lstm import LSTM, LSTMConfig
-from models.recurrent import windows_per_user
-from models.relevance import RelevanceModel
-from models.sampling import InteractionSet
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import require
+from recbench.models.lstm import LSTM, LSTMConfig
+from recbench.models.recurrent import windows_per_user
+from recbench.models.relevance import RelevanceModel
+from recbench.models.sampling import InteractionSet
 
 
 @dataclass

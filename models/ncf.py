@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, require, require_choice
-from models.sampling import InteractionSet, uniform_negatives
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import NeuralRecommender, require, require_choice
+from recbench.models.sampling import InteractionSet, uniform_negatives
 
 _PAIRS_PER_CHUNK = 1 << 16  # (user, item) pairs per MLP pass when scoring all items, to bound memory
 TOWERS = ("neumf", "gmf", "mlp")

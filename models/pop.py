@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from datasets.sequences import Histories
-from models.base import Recommender, gather_candidates
+from recbench.datasets.sequences import Histories
+from recbench.models.base import Recommender, gather_candidates
 
 
 @dataclass

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import NeuralRecommender
 
 
 def windows_per_user(train: Histories, max_len: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.sampling import InteractionSet, uniform_negatives
+from recbench.models.sampling import InteractionSet, uniform_negatives
 
 
 class RelevanceModel:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from datasets.sequences import Histories
+from recbench.datasets.sequences import Histories
 
 
 class InteractionSet:

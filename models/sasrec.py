@@ -41,12 +41,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from datasets.sequences import PAD, Histories
-from models.base import NeuralRecommender, ScoreFactors, require_choice
-from models.sampling import InteractionSet, uniform_negatives
-from models.transformer import (INITS, EncoderConfig, check_encoder_fields, sliding_windows,
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import NeuralRecommender, ScoreFactors, require_choice
+from recbench.models.sampling import InteractionSet, uniform_negatives
+from recbench.models.transformer import (INITS, EncoderConfig, check_encoder_fields, sliding_windows,
                                 window_matrix)
-from models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy, trim_padding
+from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy, trim_padding
 
 
 SASREC_BLOCKS = {"official": "sasrec", "pre-ln": "pre-ln", "post-ln": "post-ln"}  # our name → the encoder's

@@ -44,8 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import PAD, Histories
-from models.base import require_choice
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import require_choice
 
 ACTIVATIONS = ("gelu", "relu")
 BLOCKS = ("post-ln", "pre-ln", "sasrec")

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datasets.sequences import PAD
-from models.transformer import (FeedForward, MultiHeadAttention, SequenceEncoder, TransformerBlock, merge_heads,
+from recbench.datasets.sequences import PAD
+from recbench.models.transformer import (FeedForward, MultiHeadAttention, SequenceEncoder, TransformerBlock, merge_heads,
                                 split_heads)
 
 _ATTENTION_SLICE_FLOATS = 1 << 21  # attention weights per recomputed slice in CPU training (8 MB)

@@ -1,7 +1,7 @@
 """Paper-style tables and figures from a results folder (schema: ``results/README.md``).
 
     python -m reports results/<name> [--protocols pop100 full] [--user N] [--alpha 0.01]
-    from reports import generate_report; generate_report(Path("results/<name>"))  # -> path of report.md
+    from recbench.reports import generate_report; generate_report(Path("results/<name>"))  # -> path of report.md
 
 Writes into the folder:
 - ``tables/``: Table 1 (datasets), Table 2 per protocol, the comparison with the paper's published numbers
@@ -12,6 +12,6 @@ Writes into the folder:
 - ``report.md``: how the results were produced, every table and figure with a caption, and what was skipped.
 Whatever the folder lacks (a model, a dataset, a study) becomes a "–" cell or a skipped figure with a note.
 """
-from reports.report import generate_report
+from recbench.reports.report import generate_report
 
 __all__ = ["generate_report"]

@@ -5,8 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports.report import generate_report
-from reports.results import ResultsError
+from recbench.reports.report import generate_report
+from recbench.reports.results import ResultsError
 
 
 def main(argv: list[str] | None = None) -> int:

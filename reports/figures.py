@@ -21,10 +21,10 @@ import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import LogFormatter, MaxNLocator  # noqa: E402
 
-from reports import names  # noqa: E402
-from reports.results import ResultSet, Row  # noqa: E402
-from reports.stats import summarize  # noqa: E402
-from reports.tables import RANKING, group, smoke_label  # noqa: E402
+from recbench.reports import names  # noqa: E402
+from recbench.reports.results import ResultSet, Row  # noqa: E402
+from recbench.reports.stats import summarize  # noqa: E402
+from recbench.reports.tables import RANKING, group, smoke_label  # noqa: E402
 
 SENSITIVITY_METRICS = ("NDCG@10", "HR@10")  # paper Figs. 3-5
 QUALITY_METRIC = "NDCG@10"

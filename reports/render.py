@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from benchmarks.store import write_atomic
+from recbench.benchmarks.store import write_atomic
 
 GAP = "–"  # what a missing result shows
 

@@ -11,12 +11,12 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.store import write_atomic
-from reports import figures, names, tables
-from reports.published import PUBLISHED_PROTOCOL, load_published
-from reports.render import Table, latex_document, to_markdown, write_table
-from reports.results import SMOKE_LABEL, ResultSet, load_results
-from reports.stats import PerUser
+from recbench.benchmarks.store import write_atomic
+from recbench.reports import figures, names, tables
+from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
+from recbench.reports.render import Table, latex_document, to_markdown, write_table
+from recbench.reports.results import SMOKE_LABEL, ResultSet, load_results
+from recbench.reports.stats import PerUser
 
 MAX_LISTED_PROBLEMS = 10  # per-user problems listed in the report before "and N more"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from benchmarks.evaluator import RankCounts, per_user_metrics
-from reports.results import Row
+from recbench.benchmarks.evaluator import RankCounts, per_user_metrics
+from recbench.reports.results import Row
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from reports import names
-from reports.published import PUBLISHED_PROTOCOL, Published
-from reports.render import GAP, Cell, Table, fmt
-from reports.results import SMOKE_LABEL, ResultSet, Row
-from reports.stats import PerUser, Summary, summarize
+from recbench.reports import names
+from recbench.reports.published import PUBLISHED_PROTOCOL, Published
+from recbench.reports.render import GAP, Cell, Table, fmt
+from recbench.reports.results import SMOKE_LABEL, ResultSet, Row
+from recbench.reports.stats import PerUser, Summary, summarize
 
 RANKING = "next-item"
 CLOZE_MODELS = ("sasrec", "bert4rec-1mask", "bert4rec")

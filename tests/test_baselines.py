@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.config import resolve
-from benchmarks.evaluator import Evaluator
-from benchmarks.trainer import Trainer, TrainSettings
-from datasets.sequences import PAD, Histories, LeaveOneOutSplit, SequenceData
-from models import model_class, model_names
-from models.base import show
-from models.caser import caser_windows
-from models.recurrent import right_align, sequence_windows
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.datasets.sequences import PAD, Histories, LeaveOneOutSplit, SequenceData
+from recbench.models import model_class, model_names
+from recbench.models.base import show
+from recbench.models.caser import caser_windows
+from recbench.models.recurrent import right_align, sequence_windows
 
 BASELINES = ("ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "lstm")
 RECURRENT = ("gru4rec", "gru4rec+", "lstm")

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.optim import GRU4RecAdagrad
-from datasets.sequences import PAD, Histories
-from models.caser import Caser, CaserConfig, caser_windows
-from models.gru4rec import GRU4Rec, GRU4RecConfig, ranking_loss, session_parallel_schedule
-from models.gru4rec_plus import GRU4RecPlus, GRU4RecPlusConfig
-from models.ncf import NCF, NCFConfig
+from recbench.benchmarks.optim import GRU4RecAdagrad
+from recbench.datasets.sequences import PAD, Histories
+from recbench.models.caser import Caser, CaserConfig, caser_windows
+from recbench.models.gru4rec import GRU4Rec, GRU4RecConfig, ranking_loss, session_parallel_schedule
+from recbench.models.gru4rec_plus import GRU4RecPlus, GRU4RecPlusConfig
+from recbench.models.ncf import NCF, NCFConfig
 
 
 def histories(sequences) -> Histories:

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.evaluator import Evaluator
-from benchmarks.trainer import Trainer, TrainSettings
-from datasets.sequences import Histories, LeaveOneOutSplit
-from models.bert4rec import BERT4Rec, BERT4Rec1Mask, BERT4RecConfig
-from models.pop import Pop
-from models.transformer import SequenceEncoder
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit
+from recbench.models.bert4rec import BERT4Rec, BERT4Rec1Mask, BERT4RecConfig
+from recbench.models.pop import Pop
+from recbench.models.transformer import SequenceEncoder
 from tests.test_transformers import chain_data, histories, one_thread  # noqa: F401 (autouse fixture)
 
 N_ITEMS = 40

@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.config import resolve
-from benchmarks.evaluator import Evaluator, chunk_users
-from benchmarks.trainer import Trainer, TrainSettings
-from datasets.sequences import LeaveOneOutSplit
-from models import model_class, model_names
-from models.base import NeuralRecommender
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.evaluator import Evaluator, chunk_users
+from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models import model_class, model_names
+from recbench.models.base import NeuralRecommender
 from tests.test_evaluator import FixedScorer, repeat_data
 from tests.test_transformers import chain_data
 
@@ -103,7 +103,7 @@ def pop_ndcg(split: LeaveOneOutSplit, evaluator: Evaluator) -> float:
 def test_a_small_model_trains_on_cuda(compile, chain):
     if compile:
         pytest.importorskip("triton", reason="torch.compile on CUDA needs triton")
-    from models.sasrec import SASRecCE, SASRecConfig
+    from recbench.models.sasrec import SASRecCE, SASRecConfig
 
     evaluator = Evaluator(chain, seed=0)
     torch.manual_seed(0)

@@ -9,11 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import datasets.loader
-from datasets import (DATASET_NAMES, DatasetFormatError, LeaveOneOutSplit, MissingDataError, Preprocessing,
+import recbench.datasets.loader
+
+from recbench import datasets
+from recbench.datasets import (DATASET_NAMES, DatasetFormatError, LeaveOneOutSplit, MissingDataError, Preprocessing,
                       dataset_names, load_dataset, prepare, read_interactions, resolve_cache_dir,
                       resolve_data_dir)
-from datasets.__main__ import main as datasets_cli
+from recbench.datasets.__main__ import main as datasets_cli
 from tests.conftest import SHARED_DATA, requires_shared_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import datasets.registry
-from datasets import ChecksumError, DownloadError, MissingDataError, load_dataset
-from datasets.download import download
+import recbench.datasets.registry
+
+from recbench import datasets
+from recbench.datasets import ChecksumError, DownloadError, MissingDataError, load_dataset
+from recbench.datasets.download import download
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from datasets import LeaveOneOutSplit, generate, load_dataset
-from datasets.registry import REGISTRY
-from datasets.synthetic import _ring_successors
+from recbench.datasets import LeaveOneOutSplit, generate, load_dataset
+from recbench.datasets.registry import REGISTRY
+from recbench.datasets.synthetic import _ring_successors
 
 
 def successor_vs_popularity(data) -> tuple[float, float]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.store import read_results
+from recbench.benchmarks.store import read_results
 from run_all import DEFAULT_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,9 +32,9 @@ ENV = {**os.environ, "MKL_CBWR": "AUTO"}
 # "synthetic" so that the default run's smoke settings apply. Prints each model's full-ranking metrics.
 SMALL_RUN = """
 import json, sys
-from benchmarks.jobs import Job
-from benchmarks.runner import run_jobs
-from datasets import generate
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.runner import run_jobs
+from recbench.datasets import generate
 from run_all import DEFAULT_MODELS
 output, users, overrides = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3:])
 data = generate(n_users=users, n_items=500, mean_length=30.0, seed=0, name="synthetic")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.evaluator import Evaluator, ScoreError, per_user_metrics
-from benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
-from datasets.sequences import LeaveOneOutSplit, SequenceData
-from models.base import Recommender, ScoreFactors, gather_candidates
+from recbench.benchmarks.evaluator import Evaluator, ScoreError, per_user_metrics
+from recbench.benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
+from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
+from recbench.models.base import Recommender, ScoreFactors, gather_candidates
 from tests.conftest import SHARED_DATA, requires_shared_data
 
 
@@ -297,7 +297,7 @@ class StoredScores(FixedScorer):
 @pytest.mark.parametrize("batch_size", [1, 2, 256])
 def test_full_ranking_never_writes_into_pop_counts(batch_size, tmp_path):
     """POP returns ``counts.expand(B, -1)``, which is POP's own storage when B = 1."""
-    from models.pop import Pop
+    from recbench.models.pop import Pop
 
     data = toy_data(n_users=40, n_items=60, length=12)
     split = LeaveOneOutSplit(data)
@@ -374,7 +374,7 @@ def test_counts_and_candidates_do_not_depend_on_the_chunk_size(tmp_path):
 
 
 def test_chunks_fit_the_cpu_budget():
-    from benchmarks.evaluator import CPU_CHUNK_BYTES, ORDER_BLOCK, chunk_users
+    from recbench.benchmarks.evaluator import CPU_CHUNK_BYTES, ORDER_BLOCK, chunk_users
 
     cpu = torch.device("cpu")
     for columns, history in ((3417, 200), (54543, 50), (101, 200), (26745, 200)):
@@ -387,8 +387,8 @@ def test_chunks_fit_the_cpu_budget():
 
 
 def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
-    import datasets.progress
-
+    import recbench.datasets.progress
+    from recbench import datasets
     shown = []
 
     class Recording(datasets.progress.tqdm):
@@ -419,9 +419,9 @@ def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
 def test_full_counts_on_beauty_equal_the_masking_reference(name):
     """Every user of the real Beauty data (54,542 items): the counts equal the masking reference. Chunks of 256
     users on both sides, since a network's scores may differ in the last bit with the batch they are computed in."""
-    from benchmarks.config import resolve
-    from datasets import load_dataset
-    from models import model_class
+    from recbench.benchmarks.config import resolve
+    from recbench.datasets import load_dataset
+    from recbench.models import model_class
 
     data = load_dataset("beauty", data_dir=SHARED_DATA, progress=False)
     split = LeaveOneOutSplit(data)
@@ -461,8 +461,7 @@ def both_paths(model, split, which="test", users=None, tmp_path=None):
 
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_tiled_full_ranking_by_hand_ties_across_tiles_and_subnormal_differences(with_bias, monkeypatch):
-    import benchmarks.evaluator as evaluator
-
+    import recbench.benchmarks.evaluator as evaluator
     monkeypatch.setattr(evaluator, "TILE_ITEMS", 4)  # 11 columns: tiles {0..3} {4..7} {8..11}, column 11 unused
     monkeypatch.setattr(evaluator, "TILE_USERS", 2)
     tiny = np.float32(2.0 ** -126)  # smallest normal float32; the next float up differs by a subnormal
@@ -495,8 +494,7 @@ def test_tiled_full_ranking_by_hand_ties_across_tiles_and_subnormal_differences(
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tiled_full_ranking_equals_the_masking_reference_with_many_ties(seed, monkeypatch):
-    import benchmarks.evaluator as evaluator
-
+    import recbench.benchmarks.evaluator as evaluator
     monkeypatch.setattr(evaluator, "TILE_ITEMS", 8)
     monkeypatch.setattr(evaluator, "TILE_USERS", 3)
     data = repeat_data(n_users=60, n_items=45, seed=seed)  # repeats, targets consumed before
@@ -537,7 +535,7 @@ def test_tiled_full_ranking_leaves_non_finite_or_huge_scores_to_the_full_matrix(
     expected = both_paths(model, split)[1]
     if torch.set_flush_denormal(True):  # subnormals flushed: the sign test is not exact, the matrix path runs
         try:
-            from benchmarks.evaluator import denormals_kept
+            from recbench.benchmarks.evaluator import denormals_kept
 
             assert not denormals_kept()
             assert np.array_equal(both_paths(model, split)[0].greater, expected.greater)
@@ -549,9 +547,9 @@ def test_tiled_full_ranking_leaves_non_finite_or_huge_scores_to_the_full_matrix(
 @pytest.mark.parametrize("name", ["sasrec", "bert4rec", "bprmf", "caser"])
 def test_tiled_full_ranking_equals_the_score_matrix_on_ml_1m(name):
     """Untrained networks on 800 real ML-1m users (3,416 items, four tiles): the same counts either way."""
-    from benchmarks.config import resolve
-    from datasets import load_dataset
-    from models import model_class
+    from recbench.benchmarks.config import resolve
+    from recbench.datasets import load_dataset
+    from recbench.models import model_class
 
     data = load_dataset("ml-1m", data_dir=SHARED_DATA, progress=False)
     split = LeaveOneOutSplit(data)

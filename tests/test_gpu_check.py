@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.experiments import gpu_check
+from recbench.benchmarks.experiments import gpu_check
 
 
 def latest_epoch(folder: Path) -> int:

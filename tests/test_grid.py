@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import run_all
-from benchmarks.store import read_results
+from recbench.benchmarks.store import read_results
 from tests.conftest import ROOT, SHARED_DATA, requires_shared_data
 
 # Small, deterministic jobs on the built-in synthetic data: budgets in epochs, no wall-clock cap.
@@ -49,7 +49,7 @@ def test_resume_with_changed_settings_runs_a_new_job_and_keeps_the_old_rows(tmp_
     code, out, _ = run(["--models", "pop", "bprmf", "--profile", "paper", "--resume", "--dry-run"], tmp_path, capsys)
     assert out.count("skip (done)") == 0 and out.count("  run\n") == 2
     # The report names the setting that differs between the configurations it holds.
-    from reports.results import load_results
+    from recbench.reports.results import load_results
 
     (change,) = load_results(tmp_path / "out").changes
     assert change.label == "synthetic/bprmf seed 0" and change.differences == ("hidden: 64 -> 8",)
@@ -57,7 +57,7 @@ def test_resume_with_changed_settings_runs_a_new_job_and_keeps_the_old_rows(tmp_
 
 def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):
     """A run interrupted during training and resumed with another learning rate must start afresh."""
-    from benchmarks.evaluator import Evaluator
+    from recbench.benchmarks.evaluator import Evaluator
 
     original, calls = Evaluator.evaluate, []
 
@@ -86,7 +86,7 @@ def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, 
     assert run(["--models", "pop", "bprmf", "fpmc"], tmp_path, capsys)[0] == 0
     before = {(row["model"], row["protocol"]): row for row in rows(tmp_path)}
     files = sorted(p.name for p in (tmp_path / "out" / "per_user").iterdir())
-    from models.bprmf import BPRMF
+    from recbench.models.bprmf import BPRMF
 
     monkeypatch.setattr(BPRMF, "loss", lambda *args: (_ for _ in ()).throw(TypeError("simulated bug")))
     code, out, err = run(["--models", "pop", "bprmf", "fpmc"], tmp_path, capsys)  # no --resume: rerun all
@@ -123,8 +123,8 @@ def test_missing_data_is_found_before_anything_is_prepared(tmp_path, capsys):
 
 
 def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monkeypatch):
-    import datasets.registry
-
+    import recbench.datasets.registry
+    from recbench import datasets
     with socket.socket() as closed:  # a port nobody listens on: every download fails at once
         closed.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{closed.getsockname()[1]}"

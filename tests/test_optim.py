@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.optim import AdamWeightDecay
-from benchmarks.trainer import Trainer, TrainSettings
-from datasets.sequences import LeaveOneOutSplit, SequenceData
-from models.bprmf import BPRMF, BPRMFConfig
+from recbench.benchmarks.optim import AdamWeightDecay
+from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
+from recbench.models.bprmf import BPRMF, BPRMFConfig
 
 
 def official_step(param, m, v, grad, lr, decay, beta1=0.9, beta2=0.999, eps=1e-6):
@@ -74,7 +74,7 @@ def test_polynomial_schedule_is_berts_learning_rate_at_every_step():
 
 
 def test_trainer_builds_berts_optimizer_with_the_models_groups():
-    from models.bert4rec import BERT4Rec, BERT4RecConfig
+    from recbench.models.bert4rec import BERT4Rec, BERT4RecConfig
 
     torch.manual_seed(0)
     model = BERT4Rec(5, 40, BERT4RecConfig(max_len=10, hidden=16, max_predictions=4))

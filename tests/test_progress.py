@@ -4,9 +4,11 @@ here) and nothing at all with ``progress=False``."""
 import numpy as np
 import pytest
 
-import datasets.progress
-from benchmarks.negatives import load_or_sample
-from datasets import generate, load_dataset, read_interactions
+import recbench.datasets.progress
+
+from recbench import datasets
+from recbench.benchmarks.negatives import load_or_sample
+from recbench.datasets import generate, load_dataset, read_interactions
 
 
 @pytest.fixture

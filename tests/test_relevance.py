@@ -12,17 +12,17 @@ import pytest
 import torch
 
 import run_all
-from benchmarks.evaluator import ScoreError
-from benchmarks.relevance import (PAIR_LABELS, PlattScaling, RelevanceEvaluator, accuracy, calibrate, log_loss,
+from recbench.benchmarks.evaluator import ScoreError
+from recbench.benchmarks.relevance import (PAIR_LABELS, PlattScaling, RelevanceEvaluator, accuracy, calibrate, log_loss,
                                   relevance_metrics, roc_auc)
-from benchmarks.store import read_results
-from benchmarks.trainer import Trainer, TrainSettings
-from datasets import generate
-from datasets.sequences import LeaveOneOutSplit
-from models import model_class
-from models.pop import Pop
-from reports.results import load_results
-from reports.tables import relevance_table
+from recbench.benchmarks.store import read_results
+from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.datasets import generate
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models import model_class
+from recbench.models.pop import Pop
+from recbench.reports.results import load_results
+from recbench.reports.tables import relevance_table
 
 SCHEMA_KEYS = {"schema", "run_id", "study", "variant", "sweep", "dataset", "dataset_info", "model", "hyperparameters",
                "train_settings", "task", "protocol", "tie_policy", "split", "seed", "metrics", "users_evaluated",

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from benchmarks.evaluator import per_user_metrics
-from reports import generate_report
-from reports.__main__ import main as cli
-from reports.published import load_published
-from reports.render import latex_escape
-from reports.results import ResultsError, load_results
-from reports.stats import PerUser
-from reports.tables import main_table
+from recbench.benchmarks.evaluator import per_user_metrics
+from recbench.reports import generate_report
+from recbench.reports.__main__ import main as cli
+from recbench.reports.published import load_published
+from recbench.reports.render import latex_escape
+from recbench.reports.results import ResultsError, load_results
+from recbench.reports.stats import PerUser
+from recbench.reports.tables import main_table
 from tests.fixtures.reports_fixture import (build_fixture, counts_for, ranking_row, relevance_row,
                                             write_attention, write_results)
 
@@ -462,7 +462,7 @@ def test_a_mix_of_profiles_labels_the_smoke_results_and_keeps_improvement_for_th
 @pytest.fixture
 def drawn(monkeypatch):
     """The matplotlib figures the builders save, by file stem, kept open for inspection."""
-    from reports import figures
+    from recbench.reports import figures
 
     kept = {}
 
@@ -481,7 +481,7 @@ def test_error_bars_and_bands_only_with_two_or_more_seeds(tmp_path, drawn):
     from matplotlib.collections import PolyCollection
     from matplotlib.container import ErrorbarContainer
 
-    from reports import figures
+    from recbench.reports import figures
 
     def sweep(folder, seeds):
         return [ranking_row(folder, "ml-1m", "sasrec", seed, study="sensitivity", variant=f"hidden={h}",
@@ -504,7 +504,7 @@ def test_error_bars_and_bands_only_with_two_or_more_seeds(tmp_path, drawn):
 
 
 def test_a_model_without_training_is_a_reference_line_not_a_point(tmp_path, drawn):
-    from reports import figures
+    from recbench.reports import figures
 
     rows = [ranking_row(tmp_path, "ml-1m", m, 0, with_per_user=False) for m in ("pop", "sasrec", "bert4rec")]
     rows[0]["train_seconds"] = 0.0001  # POP's fit takes a blink, but it trains nothing (epochs_run 0)
@@ -521,7 +521,7 @@ def test_a_model_without_training_is_a_reference_line_not_a_point(tmp_path, draw
 
 
 def test_attention_ticks_are_every_kth_position_and_the_mask():
-    from reports.figures import MASK_LABEL, _position_ticks
+    from recbench.reports.figures import MASK_LABEL, _position_ticks
 
     def shown(length):
         labels = [str(i + 1) for i in range(length - 1)] + [MASK_LABEL]
@@ -538,7 +538,7 @@ def test_attention_ticks_are_every_kth_position_and_the_mask():
 
 
 def test_the_attention_figure_shows_those_ticks(tmp_path, drawn):
-    from reports import figures
+    from recbench.reports import figures
 
     write_results(tmp_path, [ranking_row(tmp_path, "ml-1m", "bert4rec", 0, with_per_user=False)])
     write_attention(tmp_path, length=40, padding=5)  # 34 items and the [MASK]

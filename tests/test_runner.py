@@ -4,11 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.evaluator import RankCounts, per_user_metrics
-from benchmarks.jobs import Job
-from benchmarks.runner import run_jobs
-from benchmarks.store import ResultStore, read_results
-from datasets.sequences import SequenceData
+from recbench.benchmarks.evaluator import RankCounts, per_user_metrics
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.runner import run_jobs
+from recbench.benchmarks.store import ResultStore, read_results
+from recbench.datasets.sequences import SequenceData
 
 REQUIRED_KEYS = {"dataset", "model", "seed", "protocol", "metrics", "dataset_info", "hyperparameters", "task",
                  "tie_policy", "split", "users_evaluated", "epochs_run", "best_epoch", "train_seconds",
@@ -63,8 +63,8 @@ def test_resume_skips_finished_jobs(tmp_path, chain_data):
 
 def test_pop_counts_only_training_interactions(tmp_path, chain_data):
     """POP must not count validation and test items, or it would leak them into its ranking."""
-    from datasets.sequences import LeaveOneOutSplit
-    from models.pop import Pop
+    from recbench.datasets.sequences import LeaveOneOutSplit
+    from recbench.models.pop import Pop
 
     split = LeaveOneOutSplit(chain_data)
     model = Pop(chain_data.n_users, chain_data.n_items)

@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from benchmarks.config import resolve
-from benchmarks.runner import run_jobs
-from benchmarks.studies import ABLATIONS, ablation_jobs, build_jobs, cloze_jobs, parse_args, sensitivity_jobs, \
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.runner import run_jobs
+from recbench.benchmarks.studies import ABLATIONS, ablation_jobs, build_jobs, cloze_jobs, parse_args, sensitivity_jobs, \
     study_table
-from models import model_class
+from recbench.models import model_class
 from tests.test_transformers import chain_data, one_thread  # noqa: F401 (autouse fixture)
 
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.trainer import Trainer, TrainSettings, resolve_device
-from datasets.sequences import LeaveOneOutSplit, SequenceData
-from models.bprmf import BPRMF, BPRMFConfig
+from recbench.benchmarks.trainer import Trainer, TrainSettings, resolve_device
+from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
+from recbench.models.bprmf import BPRMF, BPRMFConfig
 
 
 def toy_split(seed=0) -> LeaveOneOutSplit:
@@ -140,8 +140,7 @@ class DivergesAt(BPRMF):
 
 
 def test_divergence_between_two_checks_names_its_batch_and_is_never_saved(monkeypatch, tmp_path):
-    import benchmarks.trainer as trainer_module
-
+    import recbench.benchmarks.trainer as trainer_module
     monkeypatch.setattr(trainer_module, "FINITE_CHECK_STEPS", 4)
     split = toy_split()  # 40 users × 8 training items = 320 examples: 5 batches of 64 per epoch
     checkpoint = tmp_path / "run.pt"
@@ -176,7 +175,7 @@ def test_compile_runs_the_loss_through_torch_compile(monkeypatch):
 @pytest.mark.slow
 def test_compiled_training_matches_eager_on_cpu():
     """torch.compile for real (inductor, CPU): the same training, to float tolerance."""
-    from models.sasrec import SASRecCE, SASRecConfig
+    from recbench.models.sasrec import SASRecCE, SASRecConfig
 
     split = toy_split()
     weights = []

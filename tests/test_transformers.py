@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.evaluator import Evaluator
-from benchmarks.trainer import Trainer, TrainSettings
-from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
-import models.transformer_fast as transformer_fast
-from models import model_class
-from models.pop import Pop
-from models.sasrec import SASRec, SASRecCE, SASRecConfig
-from models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, window_matrix
-from models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
+import recbench.models.transformer_fast as transformer_fast
+from recbench.models import model_class
+from recbench.models.pop import Pop
+from recbench.models.sasrec import SASRec, SASRecCE, SASRecConfig
+from recbench.models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, window_matrix
+from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy
 
 
 @pytest.fixture(autouse=True)
@@ -429,7 +429,7 @@ def test_sasrec_ce_loss_is_the_full_softmax_at_non_padding_positions():
 
 
 def test_sasrec_negatives_avoid_the_users_items(monkeypatch):
-    from models import sasrec as module
+    from recbench.models import sasrec as module
 
     drawn = []
 
@@ -499,7 +499,7 @@ def test_sasrec_config_errors_say_what_to_fix(changes, message):
     ({"layer_norm_eps": -1.0}, "layer_norm_eps=-1.0 must be > 0"),
 ])
 def test_bert4rec_relevance_config_errors_say_what_to_fix(changes, message):
-    from models.bert4rec_relevance import BERT4RecRelevanceConfig
+    from recbench.models.bert4rec_relevance import BERT4RecRelevanceConfig
 
     with pytest.raises(ValueError, match=re.escape(message)):
         BERT4RecRelevanceConfig(**changes)

@@ -32,15 +32,15 @@ from unittest import mock
 
 import torch
 
-from benchmarks.config import resolve
-from benchmarks.evaluator import Evaluator
-from benchmarks.provenance import describe_device, git_commit
-from benchmarks.runner import validation_users
-from benchmarks.store import write_json
-from benchmarks.trainer import Trainer
-from datasets import load_dataset, resolve_cache_dir
-from datasets.sequences import Histories, LeaveOneOutSplit
-from models import model_class, transformer_fast
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.provenance import describe_device, git_commit
+from recbench.benchmarks.runner import validation_users
+from recbench.benchmarks.store import write_json
+from recbench.benchmarks.trainer import Trainer
+from recbench.datasets import load_dataset, resolve_cache_dir
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit
+from recbench.models import model_class, transformer_fast
 
 PRETRAIN = "pretrain"
 SCORE_MAX_LEN = "score_max_len"

@@ -144,7 +144,7 @@ def run_tests(out: Path, deadline: Deadline) -> bool:
 # ------------------------------------------------------------------------------------------------- speed
 def _measure_child(path: str, model: str, dataset: str, batches: int, device: str, data_dir, cache_dir,
                    threads: int | None) -> None:
-    from benchmarks.experiments.speed_transformers import measure
+    from recbench.benchmarks.experiments.speed_transformers import measure
 
     try:
         write_json(Path(path), measure(model, dataset, batches, device, data_dir, False, threads, cache_dir=cache_dir))
@@ -205,8 +205,8 @@ def train_overrides(args, dataset: str) -> tuple[str, ...]:
 
 def _train_child(out: str, dataset: str, seed: int, overrides: tuple, args_device: str, data_dir, cache_dir,
                  progress: bool, threads: int | None) -> None:
-    from benchmarks.jobs import Job
-    from benchmarks.runner import run_jobs
+    from recbench.benchmarks.jobs import Job
+    from recbench.benchmarks.runner import run_jobs
 
     if threads:
         torch.set_num_threads(threads)
@@ -267,8 +267,8 @@ def target(what: str, value, bound: float, kind: str, **context) -> dict:
 
 
 def environment(device: str) -> dict:
-    from benchmarks.provenance import describe_device, git_commit, library_versions
-    from benchmarks.trainer import resolve_device
+    from recbench.benchmarks.provenance import describe_device, git_commit, library_versions
+    from recbench.benchmarks.trainer import resolve_device
 
     resolved = resolve_device(device)
     about = {"device": describe_device(resolved), "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -376,7 +376,7 @@ def main(argv=None) -> int:
     deadline = Deadline(args.max_minutes)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from benchmarks.trainer import resolve_device
+    from recbench.benchmarks.trainer import resolve_device
 
     resolve_device(args.device)  # a clear error now if CUDA was asked for and is absent
     log(f"output {out}, {args.max_minutes:g} min for this invocation, done so far: "

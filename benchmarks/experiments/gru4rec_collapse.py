@@ -26,15 +26,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.config import resolve
-from benchmarks.evaluator import Evaluator, evaluation_mode, history_batches
-from benchmarks.experiments.baseline_gaps import load_average, parse_variant
-from benchmarks.provenance import describe_device, git_commit
-from benchmarks.store import write_json
-from benchmarks.trainer import Trainer
-from datasets import load_dataset, resolve_cache_dir
-from datasets.sequences import LeaveOneOutSplit
-from models import model_class
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.evaluator import Evaluator, evaluation_mode, history_batches
+from recbench.benchmarks.experiments.baseline_gaps import load_average, parse_variant
+from recbench.benchmarks.provenance import describe_device, git_commit
+from recbench.benchmarks.store import write_json
+from recbench.benchmarks.trainer import Trainer
+from recbench.datasets import load_dataset, resolve_cache_dir
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models import model_class
 
 
 def parse_args(argv=None) -> argparse.Namespace:

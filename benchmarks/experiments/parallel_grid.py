@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.provenance import ROOT, git_commit
-from benchmarks.store import read_results, write_json
+from recbench.benchmarks.provenance import ROOT, git_commit
+from recbench.benchmarks.store import read_results, write_json
 
 MODELS = ("pop", "bprmf", "fpmc", "gru4rec", "caser", "lstm", "sasrec", "bert4rec")
 

@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.config import resolve
-from benchmarks.experiments.speed_transformers import load_average, subset
-from benchmarks.provenance import git_commit
-from benchmarks.trainer import Trainer
-from datasets.sequences import LeaveOneOutSplit
-from models import model_class
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.experiments.speed_transformers import load_average, subset
+from recbench.benchmarks.provenance import git_commit
+from recbench.benchmarks.trainer import Trainer
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models import model_class
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LEN, HIDDEN, BLOCKS, BATCH, DROPOUT, LR = 200, 64, 2, 256, 0.2, 1e-3
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     import rectools
     from rectools.dataset import Dataset
 
-    from datasets import load_dataset
+    from recbench.datasets import load_dataset
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.jobs import Job
-from benchmarks.runner import run_jobs
-from benchmarks.store import read_results, write_json
-from models import model_names
-from reports.published import PUBLISHED_PROTOCOL, load_published
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.runner import run_jobs
+from recbench.benchmarks.store import read_results, write_json
+from recbench.models import model_names
+from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ("pop", "bprmf", "ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "lstm")

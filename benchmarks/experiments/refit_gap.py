@@ -24,15 +24,15 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.config import resolve
-from benchmarks.evaluator import Evaluator
-from benchmarks.provenance import ROOT, describe_device, git_commit
-from benchmarks.runner import validation_users
-from benchmarks.store import write_json
-from benchmarks.trainer import Trainer
-from datasets import load_dataset, resolve_cache_dir
-from datasets.sequences import Histories, LeaveOneOutSplit
-from models import model_class
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.provenance import ROOT, describe_device, git_commit
+from recbench.benchmarks.runner import validation_users
+from recbench.benchmarks.store import write_json
+from recbench.benchmarks.trainer import Trainer
+from recbench.datasets import load_dataset, resolve_cache_dir
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit
+from recbench.models import model_class
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -21,9 +21,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 
-from benchmarks.config import resolve
-from benchmarks.experiments.speed_transformers import load_average, measure, write_report
-from benchmarks.provenance import git_commit
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.experiments.speed_transformers import load_average, measure, write_report
+from recbench.benchmarks.provenance import git_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASETS = {"synthetic-ml-20m": "ml-20m", "synthetic-steam": "steam"}  # each with the configuration it stands for

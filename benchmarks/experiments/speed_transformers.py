@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.config import resolve
-from benchmarks.evaluator import Evaluator
-from benchmarks.provenance import PeakMemory, describe_device
-from benchmarks.trainer import Trainer
-from datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
-from models import model_class
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.provenance import PeakMemory, describe_device
+from recbench.benchmarks.trainer import Trainer
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
+from recbench.models import model_class
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("sasrec", "sasrec-ce", "bert4rec")
@@ -79,7 +79,7 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     process (see :func:`main` for the fresh process). ``config_dataset``: whose per-dataset configuration to
     use (default ``dataset``). ``users``: measure on that many randomly chosen users; the epoch and evaluation
     figures are then projected to all users in proportion."""
-    from datasets import load_dataset
+    from recbench.datasets import load_dataset
 
     if threads:
         torch.set_num_threads(threads)
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--output", default=str(ROOT / "results" / "reference" / "speed_transformers.json"))
     args = parser.parse_args(argv)
-    from benchmarks.trainer import resolve_device
+    from recbench.benchmarks.trainer import resolve_device
 
     device = str(resolve_device(args.device))
     results = []
