@@ -36,6 +36,7 @@ FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (e
 
 OPTIMIZERS = ("adam", "adamw", "adam-weight-decay", "adagrad", "sgd")
 DECAYS = ("none", "linear", "polynomial")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -60,7 +61,8 @@ class TrainSettings:
     valid_metric: str = "NDCG@10"
     valid_protocol: str = "full"
     valid_users: int | None = None  # validate on a fixed random subset of this many users (0 or None: all)
-    amp: bool = True  # bf16 autocast, CUDA only
+    precision: str = "fp32"  # "fp32", as the authors' code trains; "bf16": bf16 autocast on CUDA (the CPU always
+    # trains in fp32)
     compile: bool = False  # torch.compile the model's loss (a first step per new batch shape compiles)
     progress: bool = True
     checkpoint: str | None = None  # path of the resumable checkpoint
@@ -71,7 +73,7 @@ class TrainSettings:
             require_setting(self, condition, field, rule)
 
         self.betas = tuple(self.betas)
-        for field, choices in (("optimizer", OPTIMIZERS), ("decay", DECAYS)):
+        for field, choices in (("optimizer", OPTIMIZERS), ("decay", DECAYS), ("precision", PRECISIONS)):
             require_choice(self, field, choices)
         require(self.lr > 0, "lr", "be > 0")
         require(self.eps > 0, "eps", "be > 0")
@@ -154,7 +156,7 @@ class Trainer:
         optimizer = self._optimizer(model)
         schedule = self._schedule(optimizer, s.max_steps or s.max_epochs * batches_per_epoch)
         generator = torch.Generator(device=device).manual_seed(s.seed)
-        use_amp = s.amp and device.type == "cuda"
+        use_amp = s.precision == "bf16" and device.type == "cuda"
         loss_of = torch.compile(model.loss) if s.compile else model.loss
 
         state = {"epoch": 0, "best_metric": -math.inf, "best_epoch": 0, "bad_validations": 0,
