@@ -25,6 +25,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from recbench.benchmarks.negatives import PAIRS
     from recbench.benchmarks.jobs import TASKS
     from recbench.datasets import DATASET_NAMES
+    from recbench.datasets.errors import unknown
     from recbench.models import model_names
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,22 +53,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
 
     def check(kind: str, given, valid) -> None:
-        unknown = [name for name in given if name not in valid]
-        if unknown:
-            parser.error(f"unknown {kind} {', '.join(map(repr, unknown))}; valid {kind}: {', '.join(valid)}")
+        for name in given:
+            if name not in valid:
+                parser.error(str(unknown(kind, name, valid)))
 
-    check("datasets", args.datasets, DATASET_NAMES)
+    check("dataset", args.datasets, DATASET_NAMES)
     relevance = args.task == "relevance"
     if args.models is None:
         defaults = DEFAULT_RELEVANCE_MODELS if relevance else DEFAULT_MODELS
         args.models = [name for name in defaults if name in model_names()]
-    check("models", args.models, model_names())
+    check("model", args.models, model_names())
     if relevance and args.protocols is not None:
         parser.error(f"--protocols applies to --task next-item; the relevance task is evaluated on its {PAIRS}")
     if args.protocols is None:
         args.protocols = [PAIRS] if relevance else ["full", "pop100"]
     else:
-        check("protocols", args.protocols, PROTOCOLS)
+        check("protocol", args.protocols, PROTOCOLS)
     if args.output is None:
         task = "-relevance" if relevance else ""
         args.output = str(Path("results") / f"{'-'.join(args.datasets)}{task}-{args.profile}")
@@ -76,9 +77,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.cli import guard, run_grid
+    from recbench.benchmarks.cli import guard, run_grid, run_options
     from recbench.benchmarks.jobs import Job
-    from recbench.benchmarks.runner import print_tables
+    from recbench.reports.console import main_tables
+
+    def table(rows: list[dict]) -> str:
+        text = main_tables(rows)
+        print("\n" + text)
+        return text
 
     def run() -> int:
         jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides), task=args.task)
@@ -86,8 +92,8 @@ def main(argv=None) -> int:
         output = Path(args.output)
         print(f"{len(jobs)} job(s): task {args.task}, datasets {args.datasets}, models {args.models}, "
               f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols} -> {output}/")
-        return run_grid(args, jobs, protocols=args.protocols, profile=args.profile, output=output,
-                        table=print_tables)
+        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
+        return run_grid(args, jobs, options, table=table)
 
     return guard(run, args.debug)
 

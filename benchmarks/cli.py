@@ -12,6 +12,13 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import GridError, GridInterrupted
+from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.planner import plan_grid
+from recbench.benchmarks.store import ResultStore
+from recbench.reports import generate_report
+
 EXIT_FAILED_JOBS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
@@ -24,6 +31,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="where prepared datasets and negatives are cached (else $RECBENCH_CACHE_DIR, "
                              "else ~/.cache/recbench)")
     parser.add_argument("--output", default=None, help="output folder")
+    parser.add_argument("--config", dest="config_files", action="append", default=[], metavar="FILE",
+                        help="a TOML file of settings per model ([sasrec.model] hidden = 128, [sasrec.train.ml-1m] "
+                             "lr = 5e-4, ...), applied over the suite's configs and under --set (repeatable; "
+                             "the format of benchmarks/configs/, one table per model)")
     parser.add_argument("--resume", action="store_true",
                         help="skip jobs whose results are recorded with the same settings (the same key) and "
                              "continue interrupted training from its checkpoint")
@@ -36,8 +47,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="send the jobs to a running Dask cluster, e.g. tcp://10.0.0.5:8786 "
                              "(pip install -e \".[distributed]\")")
     parser.add_argument("--compile", action="store_true",
-                        help="run each model's training step through torch.compile (mostly worth it on a GPU; the "
-                             "same as --set compile=true, and not part of a job's key)")
+                        help="run each model's training step through torch.compile (mostly worth it on a GPU; not "
+                             "part of a job's key)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished job's selected weights under weights/ (else only its results)")
     parser.add_argument("--dry-run", action="store_true",
@@ -47,31 +58,26 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors and failed jobs")
 
 
-def run_grid(args: argparse.Namespace, jobs: list, *, protocols, profile: str, output: Path,
-             table: Callable[[list[dict]], str], preloaded: dict | None = None) -> int:
-    """Run ``jobs`` with the options of :func:`add_run_options`, then write ``table.md`` (``table(rows)``
+def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Path) -> RunOptions:
+    """The :class:`RunOptions` of the options :func:`add_run_options` added, for this grid's protocols, profile
+    and output folder."""
+    return RunOptions(output=output, protocols=tuple(protocols), profile=profile,
+                      config_files=tuple(args.config_files), device=args.device, data_dir=args.data_dir,
+                      cache_dir=args.cache_dir, resume=args.resume, n_jobs=args.jobs, threads=args.threads,
+                      dask_scheduler=args.dask_scheduler, keep_checkpoints=args.keep_checkpoints,
+                      compile=args.compile, progress=not args.quiet)
+
+
+def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
+             preloaded: dict | None = None) -> int:
+    """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them), then write ``table.md`` (``table(rows)``
     gives it) and the report; returns the exit code."""
-    import dataclasses
-
-    from recbench.benchmarks.runner import GridError, GridInterrupted, plan_grid, run_jobs
-    from recbench.benchmarks.store import ResultStore
-
-    if args.compile:
-        jobs = [dataclasses.replace(job, overrides=(*job.overrides, "compile=true")) for job in jobs]
-
-    options = dict(protocols=protocols, profile=profile, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                   progress=not args.quiet, preloaded=preloaded)
     try:
         if args.dry_run:
-            from recbench.benchmarks.execution import Executor
-
-            Executor.check(args.jobs, args.device, args.dask_scheduler, args.threads)
-            planned, _ = plan_grid(jobs, **options)
-            print_plan(planned, ResultStore(output) if args.resume else None)
+            planned, _ = plan_grid(jobs, options, preloaded=preloaded)
+            print_plan(planned, ResultStore(options.output) if options.resume else None)
             return 0
-        result = run_jobs(jobs, device=args.device, output=output, resume=args.resume, n_jobs=args.jobs,
-                          threads=args.threads, dask_scheduler=args.dask_scheduler,
-                          keep_checkpoints=args.keep_checkpoints, **options)
+        result = run_jobs(jobs, options, preloaded=preloaded)
     except GridError as error:
         if args.debug:
             raise
@@ -79,17 +85,20 @@ def run_grid(args: argparse.Namespace, jobs: list, *, protocols, profile: str, o
         print(f"error: {lines[0]}", *(f"       {line}" for line in lines[1:]), sep="\n", file=sys.stderr)
         return EXIT_USAGE
     except GridInterrupted:
-        print(f"\ninterrupted: finished jobs are recorded in {output}/; rerun the same command with --resume to "
-              f"continue (interrupted training resumes from its checkpoint)", file=sys.stderr)
+        print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
+              f"to continue (interrupted training resumes from its checkpoint)", file=sys.stderr)
         return EXIT_INTERRUPTED
-    store = ResultStore(output)
+    return _finish(args, result, options, table)
+
+
+def _finish(args: argparse.Namespace, result, options: RunOptions, table: Callable[[list[dict]], str]) -> int:
+    """The table and report of what finished, and a summary of what failed; returns the exit code."""
+    output, store = options.output, ResultStore(options.output)
     order = {job.key: number for number, job in enumerate(result.planned)}
     rows = sorted((row for row in store.rows if row.get("key") in order), key=lambda row: order[row["key"]])
     if rows:
         (output / "table.md").write_text(table(rows))
         if not args.no_report:
-            from recbench.reports import generate_report
-
             print(f"report: {generate_report(output)}")
         print(f"results: {output / 'results.jsonl'}")
     for outcome in result.failed:
@@ -121,14 +130,12 @@ def print_plan(planned: list, store=None) -> None:
 
 def guard(main: Callable[[], int], debug: bool) -> int:
     """Run ``main``; an error no grid step caught becomes two lines instead of a traceback (unless --debug)."""
-    from recbench.datasets import DatasetFormatError, MissingDataError
-
     try:
         return main()
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ValueError, MissingDataError, DatasetFormatError, OSError) as error:
+    except (ValueError, OSError) as error:  # bad input: a setting, a file, missing data
         if debug:
             raise
         print(f"error: {error}", file=sys.stderr)

@@ -1,11 +1,21 @@
-"""Hyper-parameters per (model, dataset, profile), read from ``benchmarks/configs/<model>.toml``.
+"""Hyper-parameters per (model, dataset, profile), read from ``benchmarks/configs/<model>.toml`` and from the
+user's ``--config`` files.
 
-Each file has a ``[model]`` table (fields of the model's ``Config`` dataclass) and a ``[train]`` table (fields of
-:class:`benchmarks.trainer.TrainSettings`); a sub-table named after a dataset (``[model.ml-1m]``) overrides
+A model's file has a ``[model]`` table (fields of the model's ``Config`` dataclass) and a ``[train]`` table (fields
+of :class:`benchmarks.trainer.TrainSettings`); a sub-table named after a dataset (``[model.ml-1m]``) overrides
 values for that dataset, and ``[smoke.model]`` / ``[smoke.train]`` (with their own dataset sub-tables) override
-them for the ``smoke`` profile. Every value in the files carries a comment naming its source. Resolution order,
-last wins: dataclass default < file < dataset sub-table < profile < ``--set`` overrides. The resolved values are
-what the run records, so nobody has to guess which value a run used.
+them for the ``smoke`` profile. Every value in the suite's files carries a comment naming its source.
+
+A ``--config`` file holds the same tables for several models, each under the model's name, e.g.::
+
+    [sasrec.model.ml-1m]
+    hidden = 128
+    [sasrec.train]
+    lr = 5e-4
+
+Resolution order, last wins: dataclass default < the model's file (< its dataset sub-table < its profile
+table) < each ``--config`` file in the order given (the same layers) < ``--set`` overrides. The resolved values
+are what the run records, so nobody has to guess which value a run used.
 """
 from __future__ import annotations
 
@@ -17,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recbench.benchmarks.trainer import TrainSettings
+from recbench.datasets.errors import unknown
 from recbench.models import model_class
-from recbench.models.base import show
+from recbench.models.base import setting_error
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 PROFILES = ("smoke", "paper")
+SECTIONS = ("model", "train", "smoke")  # the tables of a model's configuration
 
 
 @dataclass
@@ -41,7 +53,7 @@ def parse_override(text: str) -> tuple[str | None, str, object]:
     """``[model:]field=value`` from ``--set``; the value is read as TOML (``128``, ``0.2``, ``true``, ``"adam"``),
     falling back to a bare string."""
     if "=" not in text:
-        raise ValueError(f"--set {text!r}: expected FIELD=VALUE or MODEL:FIELD=VALUE, e.g. hidden=128")
+        raise ConfigError(f"--set {text!r}: expected FIELD=VALUE or MODEL:FIELD=VALUE, e.g. hidden=128")
     key, raw = text.split("=", 1)
     model, _, field = key.rpartition(":")
     try:
@@ -51,11 +63,64 @@ def parse_override(text: str) -> tuple[str | None, str, object]:
     return (model or None), field.strip(), value
 
 
+def read_toml(path: Path) -> dict:
+    """A TOML file's tables; a syntax error names the file and line."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"--config {path}: cannot read it ({error.strerror})") from None
+
+
+def model_tables(model_name: str) -> dict:
+    """The tables of the suite's own file for ``model_name`` (none for a model without one)."""
+    path = CONFIG_DIR / f"{model_name}.toml"
+    return read_toml(path) if path.exists() else {}
+
+
+def read_overlay(path: Path, known_models) -> dict[str, dict]:
+    """A ``--config`` file: model name -> its tables. Unknown model names and sections are one-line errors."""
+    tables = read_toml(path)
+    for name, sections in tables.items():
+        if name not in known_models:
+            raise ConfigError(f"{path}: {unknown('model', name, known_models)}")
+        if not isinstance(sections, dict):
+            raise ConfigError(f"{path}: {name} = {sections!r} must be a table, e.g. [{name}.model]")
+        for section in sections:
+            if section not in SECTIONS:
+                raise ConfigError(f"{path}: [{name}]: {unknown('section', section, SECTIONS)}")
+        _check_fields(sections, *fields_of(name), f"{path}: [{name}")
+    return tables
+
+
+def _check_fields(tables: dict, model_fields: set, train_fields: set, where: str) -> None:
+    """Every value of a model's ``[model]`` / ``[train]`` tables (dataset sub-tables and ``[smoke]`` included)
+    names a field of the model or the trainer."""
+    for section, fields in (("model", model_fields), ("train", train_fields)):
+        for scope, table in (("", tables.get(section, {})), ("smoke.", tables.get("smoke", {}).get(section, {}))):
+            for key, value in table.items():
+                for field in (value if isinstance(value, dict) else {key: value}):
+                    if field not in fields:
+                        raise ConfigError(f"{where}.{scope}{section}]: {unknown('field', field, sorted(fields))}")
+
+
 def _layer(table: dict, dataset: str) -> dict:
     """The plain values of a table, then the dataset's sub-table over them."""
     values = {key: value for key, value in table.items() if not isinstance(value, dict)}
     values.update(table.get(dataset, {}))
     return values
+
+
+def _layered_values(tables: dict, dataset: str, profile: str) -> tuple[dict, dict]:
+    """(model values, train values) of one model's tables for a dataset and profile."""
+    model_values = _layer(tables.get("model", {}), dataset)
+    train_values = _layer(tables.get("train", {}), dataset)
+    if profile == "smoke":
+        smoke = tables.get("smoke", {})
+        model_values.update(_layer(smoke.get("model", {}), dataset))
+        train_values.update(_layer(smoke.get("train", {}), dataset))
+    return model_values, train_values
 
 
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
@@ -64,8 +129,8 @@ _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str:
 
 def _coerce(name: str, value, annotation):
     """``value`` as the type ``annotation`` names (int, float, bool, str, tuple, or one of them | None), or a
-    :class:`ValueError` in the shape ``hidden='abc' must be an integer``. An int is a valid float; a bool is
-    never a number; ``"none"`` unsets an optional field (TOML has no null)."""
+    setting error in the shape ``hidden='abc' must be an integer``. An int is a valid float; a bool is never a
+    number; ``"none"`` unsets an optional field (TOML has no null)."""
     kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
     if type(None) in kinds and (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))):
         return None
@@ -80,39 +145,37 @@ def _coerce(name: str, value, annotation):
     if kind is not tuple and isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
         return value
     optional = " or none" if type(None) in kinds else ""
-    raise ValueError(f"{name}={show(value)} must be {_TYPE_NAMES.get(kind, kind.__name__)}{optional}")
+    raise setting_error(name, value, f"be {_TYPE_NAMES.get(kind, kind.__name__)}{optional}")
 
 
 def _build(kind, values: dict, origin: str):
     """The dataclass ``kind`` from ``values``, every value checked against its field's type first; its own
-    ``__post_init__`` then checks ranges. Errors are :class:`ValueError` naming the field and the rule."""
+    ``__post_init__`` then checks ranges. Errors name the field and the rule."""
     hints = typing.get_type_hints(kind)
-    unknown = sorted(set(values) - set(hints))
-    if unknown:
-        raise ValueError(f"{origin}: unknown field(s) {unknown} for {kind.__name__}; valid: {sorted(hints)}")
+    for name in values:
+        if name not in hints:
+            raise ValueError(f"{origin}: {unknown('field', name, sorted(hints))}")
     return kind(**{name: _coerce(name, value, hints[name]) for name, value in values.items()})
 
 
-def resolve(model_name: str, dataset: str, profile: str = "paper",
-            overrides: list[str] | tuple = ()) -> ResolvedConfig:
+def fields_of(model_name: str) -> tuple[set[str], set[str]]:
+    """(model fields, trainer fields) a setting of ``model_name`` may name."""
+    return ({f.name for f in dataclasses.fields(model_class(model_name).Config)},
+            {f.name for f in dataclasses.fields(TrainSettings)})
+
+
+def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: list[str] | tuple = (),
+            overlays: list[dict] | tuple = ()) -> ResolvedConfig:
+    """The settings of ``model_name`` on ``dataset`` under ``profile``: defaults, the model's file, the
+    ``overlays`` (``--config`` files read by :func:`read_overlay`), then ``overrides`` (``--set`` strings)."""
     if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; expected one of {PROFILES}")
-    config_class = model_class(model_name).Config
-    path = CONFIG_DIR / f"{model_name}.toml"
-    tables = {}
-    if path.exists():
-        try:
-            tables = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as error:
-            raise ValueError(f"{path}: {error}") from None
-    model_values = _layer(tables.get("model", {}), dataset)
-    train_values = _layer(tables.get("train", {}), dataset)
-    if profile == "smoke":
-        smoke = tables.get("smoke", {})
-        model_values.update(_layer(smoke.get("model", {}), dataset))
-        train_values.update(_layer(smoke.get("train", {}), dataset))
-    model_fields = {f.name for f in dataclasses.fields(config_class)}
-    train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
+        raise unknown("profile", profile, PROFILES)
+    model_values, train_values = _layered_values(model_tables(model_name), dataset, profile)
+    for overlay in overlays:
+        more_model, more_train = _layered_values(overlay.get(model_name, {}), dataset, profile)
+        model_values.update(more_model)
+        train_values.update(more_train)
+    model_fields, train_fields = fields_of(model_name)
     for text in overrides:
         target, field, value = parse_override(text)
         if target is not None and target != model_name:
@@ -122,11 +185,12 @@ def resolve(model_name: str, dataset: str, profile: str = "paper",
         elif field in train_fields:
             train_values[field] = value
         elif target is not None:
-            raise ConfigError(f"{model_name}: --set {text!r}: no field {field!r}; model fields: "
-                              f"{sorted(model_fields)}; trainer fields: {sorted(train_fields)}")
+            raise ConfigError(f"{model_name}: --set {text!r}: "
+                              f"{unknown('field', field, sorted(model_fields | train_fields))}")
+    origin = CONFIG_DIR / f"{model_name}.toml"
     try:
-        return ResolvedConfig(_build(config_class, model_values, f"{path} [model]"),
-                              _build(TrainSettings, train_values, f"{path} [train]"))
+        return ResolvedConfig(_build(model_class(model_name).Config, model_values, f"{origin} [model]"),
+                              _build(TrainSettings, train_values, f"{origin} [train]"))
     except (ValueError, TypeError) as error:
         raise ConfigError(f"{model_name}: {error}") from None
 
@@ -136,22 +200,20 @@ def check_overrides(overrides, model_names: list[str]) -> list[str]:
     trainer setting has. Returns notes for overrides that apply to none of the selected models."""
     from recbench.models import model_names as registered
 
-    train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
-    known = set(train_fields)
+    known = set()
     for name in model_names:
-        known |= {f.name for f in dataclasses.fields(model_class(name).Config)}
+        model_fields, train_fields = fields_of(name)
+        known |= model_fields | train_fields
+    known |= {f.name for f in dataclasses.fields(TrainSettings)}
     notes = []
     for text in overrides:
         target, field, _ = parse_override(text)
         if target is not None and target not in registered():
-            raise ConfigError(f"--set {text!r}: {target!r} is not a model; valid prefixes: "
-                              f"{', '.join(registered())}")
+            raise ConfigError(f"--set {text!r}: {unknown('model', target, registered())}")
         if target is not None and target not in model_names:
             notes.append(f"--set {text!r} applies to no selected model ({', '.join(model_names)})")
             continue
-        fields = known if target is None else (
-            train_fields | {f.name for f in dataclasses.fields(model_class(target).Config)})
+        fields = known if target is None else set().union(*fields_of(target))
         if field not in fields:
-            raise ConfigError(f"--set {text!r}: no {'selected model' if target is None else target} or trainer "
-                              f"setting has a field {field!r}")
+            raise ConfigError(f"--set {text!r}: {unknown('field', field, sorted(fields))}")
     return notes

@@ -1,111 +1,51 @@
-"""The shared leave-one-out evaluator: every model is scored here and nowhere else (``protocol.md``).
+"""The shared leave-one-out evaluator: every model is scored here and nowhere else (``PROTOCOL.md``).
 
-For each user the evaluator counts ``greater`` (candidates scored strictly above the target) and ``ties``
-(other candidates scored exactly like it). Every metric follows from those two numbers:
-with the ``expected`` tie policy the target's rank is uniform on ``greater+1 … greater+ties+1`` and each metric
-is its mean over those ranks, so a constant scorer gets exactly the random-ranking value.
+This file is the protocol: which candidates each user's target is ranked among (``full``: every item but the
+user's history and padding; ``pop100``/``uni100``: the stored sampled negatives, in a seeded random column
+order), how the ranks are counted (``greater``: candidates scored strictly above the target; ``ties``: others
+scored exactly like it, :mod:`benchmarks.metrics` turns them into HR, NDCG and MRR) and what is refused (NaN or
++inf scores, wrong shapes). Scoring is batched: one ``score`` call per chunk of users, then vectorised
+comparisons with the target's score (no sorting). Under full ranking the comparisons run over every column, and
+the excluded columns are taken back out of the counts afterwards, so the evaluator never writes into the scores
+a model returned (a model may hand back its own tensor or a broadcast view of it).
 
-- HR@k   = P(rank ≤ k)
-- NDCG@k = E[1/log2(rank+1) · 1{rank ≤ k}]   (one relevant item, so IDCG = 1)
-- MRR    = E[1/rank]                         (over all candidates, not truncated)
-
-Scoring is batched: one ``score`` call per chunk of users (as many as the device's memory allows, see
-:func:`chunk_users`), then vectorised comparisons with the target's score (no sorting). Under full ranking the
-comparisons run over every column, and the excluded columns (padding, the user's history) are taken back out
-of the counts afterwards, so the evaluator never writes into the scores a model returned (a model may hand back
-its own tensor or a broadcast view of it). On the CPU, a model whose scores are a product q_u · e_i + b_i
-(``models.base.ScoreFactors``) is ranked tile by tile instead (:meth:`Evaluator._tiled_full_counts`), with the
-same counts. The per-user counts are kept so that every metric and paired tests can be recomputed later.
+How fast that runs is :mod:`benchmarks.evaluator_fast`'s business: chunk sizes that fit the device's memory,
+the CPU's cache-sized comparisons, and the tiled full ranking of a model whose scores are a product
+q_u · e_i + b_i (``models.base.ScoreFactors``) on the CPU. Each gives exactly this file's counts.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from recbench.benchmarks.evaluator_fast import TiledRanking, chunk_users, count_rows_on_cpu
+from recbench.benchmarks.metrics import (DEFAULT_METRICS, RankCounts, check_tie_policy, parse_metric,
+                                         per_user_metrics, summarize)
 from recbench.benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
-from recbench.benchmarks.store import npz_bytes, write_atomic
+from recbench.datasets.errors import unknown
 from recbench.datasets.progress import progress_bar
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models.base import Recommender
 
 PROTOCOLS = ("full", *SAMPLED_PROTOCOLS)
-TIE_POLICIES = ("expected", "pessimistic", "optimistic")
-DEFAULT_METRICS = ("HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR")  # the paper's Table 2 rows
-
-
-# Memory one scoring chunk may take: scores, comparison masks and the model's activations (``chunk_users``).
-CPU_CHUNK_BYTES = 128 * 2**20
-CUDA_FREE_SHARE = 0.5  # of the CUDA device's free memory
-# Per user, besides its row of scores, a model's activations are taken as at most this many floats per pair of
-# history positions and per position: an attention model holds a T × T mask and weights per head (BERT4Rec and
-# SASRec at T = 200, h = 2 measured 4.3 T² floats per user in all), a recurrent one a few states per position.
-ACTIVATION_FLOATS_PER_POSITION_PAIR = 8
-ACTIVATION_FLOATS_PER_POSITION = 512
-# On the CPU, score rows are compared a slice at a time so that each slice is read from the cache, not memory.
-CPU_SLICE_BYTES = 2**18
 # Users per seeded draw of the sampled protocols' candidate order (the evaluator's former fixed chunk size).
 ORDER_BLOCK = 256
-# Full ranking of a product-score model on the CPU: items per tile (a tile of TILE_USERS × TILE_ITEMS float32
-# scores, 1 MiB, stays in a core's cache while it is counted) and users per product.
-TILE_ITEMS = 1024
-TILE_USERS = 256
-# Scores bounded below this in magnitude are finite, and so is their difference with the target's.
-FINITE_SCORE_BOUND = 2.0 ** 126
-
-
-def chunk_users(device: torch.device, n_columns: int, history_length: int) -> int:
-    """How many users one ``score`` call gets: as many as fit the memory budget (CPU: ``CPU_CHUNK_BYTES``;
-    CUDA: ``CUDA_FREE_SHARE`` of the free device memory), at least one, a multiple of ``ORDER_BLOCK`` when
-    more than one block fits. A user costs its ``n_columns`` float32
-    scores with two bytes of comparison masks each, and the model's activations for ``history_length``
-    positions (see ``ACTIVATION_FLOATS_PER_POSITION_PAIR``)."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        # Blocks torch's caching allocator holds but does not use are free to it, though not to the driver.
-        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        budget = CUDA_FREE_SHARE * free
-    else:
-        budget = CPU_CHUNK_BYTES
-    T = max(history_length, 1)
-    per_user = 6 * n_columns + 4 * (ACTIVATION_FLOATS_PER_POSITION_PAIR * T * T + ACTIVATION_FLOATS_PER_POSITION * T)
-    users = max(1, int(budget // per_user))
-    # Whole blocks of the sampled protocols' candidate order, each drawn once; on the CPU this also keeps Beauty's
-    # and Steam's chunks as they were (a network's scores can change in the last bit with its batch's width).
-    return users - users % ORDER_BLOCK if users >= ORDER_BLOCK else users
 
 
 def compare_rows(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
     """For each row of ``scores`` (B, C): how many entries are above its ``reference`` (B, 1) and how many equal
     it, as int64 (B,) tensors, and the largest entry of all (NaN if any entry is NaN). Reads ``scores`` (any
-    layout, e.g. a broadcast view) and compares in float32; never writes into it.
-
-    On the CPU the rows are compared a slice of ``CPU_SLICE_BYTES`` at a time, while the slice is in the cache,
-    and counted by numpy: torch's row count of a bool matrix is five times slower there (its uint8 → int32 sum
-    is not vectorised), and comparing a whole chunk at once reads it from memory twice more."""
+    layout, e.g. a broadcast view) and compares in float32; never writes into it."""
     reference = reference.float()
-    if scores.device.type != "cpu":
-        return (scores > reference).sum(1), (scores == reference).sum(1), float(scores.max())
-    B, C = scores.shape
-    above, equal = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-    rows = max(1, CPU_SLICE_BYTES // (4 * max(C, 1)))
-    mask = np.empty((min(rows, B), C), dtype=bool)
-    highest = -np.inf
-    for start in range(0, B, rows):
-        part = scores[start:start + rows].float().numpy()
-        threshold, hits = reference[start:start + rows].numpy(), mask[:len(part)]
-        highest = np.maximum(highest, part.max(initial=-np.inf))  # NaN propagates
-        above[start:start + rows] = np.count_nonzero(np.greater(part, threshold, out=hits), axis=1)
-        equal[start:start + rows] = np.count_nonzero(np.equal(part, threshold, out=hits), axis=1)
-    return torch.from_numpy(above), torch.from_numpy(equal), float(highest)
+    if scores.device.type == "cpu":
+        return count_rows_on_cpu(scores, reference)
+    return (scores > reference).sum(1), (scores == reference).sum(1), float(scores.max())
 
 
 @contextmanager
@@ -133,80 +73,8 @@ def history_batches(model, view, rows: np.ndarray, batch_size: int):
                torch.from_numpy(view.padded(chunk, history_length)).to(device))
 
 
-def denormals_kept() -> bool:
-    """Whether float32 arithmetic keeps subnormal numbers (``torch.set_flush_denormal(True)`` flushes them)."""
-    return bool(torch.tensor(2.0 ** -126) / 2 != 0)
-
-
 class ScoreError(ValueError):
     """A model returned scores the evaluator refuses to rank (NaN, +inf, wrong shape)."""
-
-
-@dataclass
-class RankCounts:
-    """Per evaluated user: its row, how many candidates beat the target and how many tie with it."""
-
-    users: np.ndarray
-    greater: np.ndarray
-    ties: np.ndarray
-
-    def save(self, path: Path) -> None:
-        write_atomic(path, npz_bytes(dataclasses.asdict(self)))
-
-    @classmethod
-    def load(cls, path: Path) -> "RankCounts":
-        with np.load(path, allow_pickle=False) as f:
-            return cls(f["users"], f["greater"], f["ties"])
-
-
-def _parse_metric(name: str) -> tuple[str, int | None]:
-    kind, _, cutoff = name.partition("@")
-    if kind == "MRR" and not cutoff:
-        return kind, None
-    if kind in ("HR", "NDCG") and cutoff.isdigit() and int(cutoff) > 0:
-        return kind, int(cutoff)
-    raise ValueError(f"unknown metric {name!r}; expected HR@k, NDCG@k (k a positive integer) or MRR")
-
-
-def check_metric_name(name: str) -> bool:
-    """Whether ``name`` is a ranking metric the evaluator computes (HR@k, NDCG@k, MRR)."""
-    try:
-        _parse_metric(name)
-    except ValueError:
-        return False
-    return True
-
-
-def per_user_metrics(greater: np.ndarray, ties: np.ndarray, metrics=DEFAULT_METRICS,
-                     tie_policy: str = "expected") -> dict[str, np.ndarray]:
-    """Each metric (``HR@k``, ``NDCG@k``, ``MRR``) for each user from its (greater, ties) counts."""
-    parsed = [_parse_metric(name) for name in metrics]
-    greater = np.asarray(greater, dtype=np.int64)
-    ties = np.asarray(ties, dtype=np.int64)
-    if tie_policy == "pessimistic":  # every tied candidate ranks above the target
-        greater, ties = greater + ties, np.zeros_like(ties)
-    elif tie_policy == "optimistic":  # the target ranks above every tied candidate
-        ties = np.zeros_like(ties)
-    elif tie_policy != "expected":
-        raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {TIE_POLICIES}")
-    worst = greater + ties + 1  # the lowest rank the target can take
-    width = (ties + 1).astype(np.float64)  # number of equally likely ranks
-    ranks = np.arange(1, int(worst.max(initial=1)) + 1, dtype=np.float64)
-    gain_sum = np.r_[0.0, np.cumsum(1.0 / np.log2(ranks + 1.0))]  # gain_sum[n] = Σ_{r≤n} 1/log2(r+1)
-    reciprocal_sum = np.r_[0.0, np.cumsum(1.0 / ranks)]  # reciprocal_sum[n] = Σ_{r≤n} 1/r
-    out = {}
-    for name, (kind, k) in zip(metrics, parsed):
-        if kind == "HR":
-            out[name] = np.clip(k - greater, 0, ties + 1) / width
-        elif kind == "NDCG":
-            out[name] = (gain_sum[np.minimum(worst, k)] - gain_sum[np.minimum(greater, k)]) / width
-        else:
-            out[name] = (reciprocal_sum[worst] - reciprocal_sum[greater]) / width
-    return out
-
-
-def summarize(per_user: dict[str, np.ndarray]) -> dict[str, float]:
-    return {name: float(values.mean()) if len(values) else float("nan") for name, values in per_user.items()}
 
 
 @dataclass
@@ -225,16 +93,15 @@ class Evaluator:
     """Scores any :class:`Recommender` on the validation or test view of one leave-one-out split.
 
     ``batch_size``: users per ``score`` call, or None to size each chunk to the device's memory
-    (:func:`chunk_users`); the counts do not depend on it. ``progress``: a bar of users scored, with the time
-    left, for every evaluation (``evaluate(progress=...)`` overrides it for one call). ``tiled``: rank a
-    product-score model on the CPU tile by tile (False: through its full score matrix, as any other model;
-    the counts are the same)."""
+    (:func:`benchmarks.evaluator_fast.chunk_users`); the counts do not depend on it. ``progress``: a bar of users
+    scored, with the time left, for every evaluation (``evaluate(progress=...)`` overrides it for one call).
+    ``tiled``: rank a product-score model on the CPU tile by tile (False: through its full score matrix, as any
+    other model; the counts are the same)."""
 
     def __init__(self, split: LeaveOneOutSplit, seed: int, cache_dir: Path | None = None,
                  batch_size: int | None = None, metrics=DEFAULT_METRICS, tie_policy: str = "expected",
                  progress: bool = False, tiled: bool = True):
-        if tie_policy not in TIE_POLICIES:
-            raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {TIE_POLICIES}")
+        check_tie_policy(tie_policy)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1 (or None: sized to the device's memory)")
         self.split = split
@@ -243,7 +110,7 @@ class Evaluator:
         self.batch_size = batch_size
         self.metrics = tuple(metrics)
         for name in self.metrics:
-            _parse_metric(name)  # fail now, not after training
+            parse_metric(name)  # fail now, not after training
         self.tie_policy = tie_policy
         self.progress = progress
         self.tiled = tiled
@@ -262,13 +129,14 @@ class Evaluator:
         return self._negatives[key]
 
     def evaluate(self, model: Recommender, split: str, protocol: str, model_name: str | None = None,
-                 users: np.ndarray | None = None, progress: bool | None = None) -> Evaluation:
-        """Rank each user's target among the protocol's candidates; ``users`` restricts to some rows."""
+                 users: np.ndarray | None = None, progress: bool | None = None, metrics=None) -> Evaluation:
+        """Rank each user's target among the protocol's candidates; ``users`` restricts to some rows,
+        ``metrics`` replaces the evaluator's list of metrics for this call."""
         if protocol not in PROTOCOLS:
-            raise ValueError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
+            raise unknown("protocol", protocol, PROTOCOLS)
         started = time.perf_counter()
         counts = self.rank_counts(model, split, protocol, model_name or type(model).__name__, users, progress)
-        per_user = per_user_metrics(counts.greater, counts.ties, self.metrics, self.tie_policy)
+        per_user = per_user_metrics(counts.greater, counts.ties, metrics or self.metrics, self.tie_policy)
         return Evaluation(protocol, split, self.tie_policy, summarize(per_user), counts,
                           time.perf_counter() - started)
 
@@ -278,7 +146,7 @@ class Evaluator:
         rows = np.arange(len(view), dtype=np.int64) if users is None else np.asarray(users, dtype=np.int64)
         negatives = self.negatives(split, protocol) if protocol != "full" else None
         n_columns = self.split.n_items + 1 if negatives is None else negatives.shape[1] + 1
-        batch_size = self.batch_size or chunk_users(model.device, n_columns, model.history_length)
+        batch_size = self.batch_size or chunk_users(model.device, n_columns, model.history_length, ORDER_BLOCK)
         # Full ranking takes the users in order of history length, so that a chunk holds little padding; the
         # counts are returned in the order of ``rows``.
         order = np.arange(len(rows)) if negatives is not None else np.argsort(view.lengths[rows], kind="stable")
@@ -286,9 +154,8 @@ class Evaluator:
         label = f"{model_name} {split} {protocol}"
         bar = progress_bar(len(rows), label, self.progress if progress is None else progress, unit="user")
         with evaluation_mode(model), bar:
-            tiled = (self.tiled and negatives is None and model.device.type == "cpu"
-                     and hasattr(model, "score_factors"))
-            greater, ties = ((tiled and self._tiled_full_counts(model, view, scored, batch_size, bar, label))
+            tiled = self.tiled and negatives is None and model.device.type == "cpu"
+            greater, ties = ((tiled and self._tiled_counts(model, view, scored, batch_size, bar, label))
                              or self._chunk_counts(model, model_name, view, rows, scored, negatives, batch_size, bar))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))
@@ -345,90 +212,27 @@ class Evaluator:
         ties = equal - 1 - torch.bincount(rows[excluded == reference], minlength=len(chunk))
         return greater, ties
 
-    def _tiled_full_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str):
-        """Full-ranking (greater, ties) of a product-score model without its (B, n_items + 1) score matrix, or
-        None when its scores are not all finite or subnormals are flushed (the caller then scores it in full).
-
-        The queries come first, in the general path's chunks. The users are then grouped by the tile of
-        ``TILE_ITEMS`` items their target falls in, and ``TILE_USERS`` of a group at a time are scored against
-        one tile after another, their target's tile first: the target's score comes from the same product as the
-        scores it is compared with, and each tile is counted while it is in the cache (the parts run on
-        ``torch.get_num_threads()`` threads, one thread each). A tile is counted with d = sign(s − s_target): for
-        finite float32 scores the difference is 0 exactly when they are equal and has the sign of their order
-        otherwise (IEEE subtraction keeps subnormals), so Σ d and Σ |d| give the counts above and equal. Excluded
-        columns (padding, the user's history except the target, the last tile's columns past n_items) are set to
-        −inf, below every finite target score."""
+    def _tiled_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str):
+        """Full-ranking (greater, ties) of a product-score model through
+        :class:`benchmarks.evaluator_fast.TiledRanking`, or None when the model's scores are not a product
+        (``score_factors`` returns None) or the tiled counts would not be exact (the caller then ranks the
+        full score matrix). The queries come in the general path's chunks."""
         if not len(rows):
             return None
-        bar.set_description_str(f"{label} (queries)")
-        queries, items, bias = [], None, None
+        queries, factors = [], None
         for _, chunk, users_t, histories in history_batches(model, view, rows, batch_size):
             factors = model.score_factors(users_t, histories)
-            queries.append(factors.queries.float())
-            items, bias = factors.items, factors.bias
+            if factors is None:
+                return None
+            bar.set_description_str(f"{label} (queries)")
+            queries.append(factors.queries)
             bar.update(len(chunk))
-        queries = torch.cat(queries)
-        n_slots = self.split.n_items + 1
-        n_tiles = -(-n_slots // TILE_ITEMS)
-        E = torch.zeros(n_tiles * TILE_ITEMS, items.shape[1])  # every tile TILE_ITEMS wide, one shape of product
-        E[1:n_slots] = items[1:n_slots].float()
-        b = None if bias is None else F.pad(bias[:n_slots].float(), (0, n_tiles * TILE_ITEMS - n_slots))
-        largest = queries.norm(dim=1).max() * E.norm(dim=1).max() + (0 if b is None else b.abs().max())
-        if not (float(largest) < FINITE_SCORE_BOUND and denormals_kept()):  # |q · e + b| ≤ ‖q‖ ‖e‖ + |b|
+        ranking = TiledRanking(torch.cat(queries), factors.items, factors.bias, self.split.n_items + 1)
+        if not ranking.exact():
             return None
-
-        targets = torch.from_numpy(view.targets[rows])
-        target_tile = targets // TILE_ITEMS
-        order = torch.argsort(target_tile, stable=True)
-        group_ends = torch.bincount(target_tile, minlength=n_tiles).cumsum(0).tolist()
-        tile_starts = torch.arange(n_tiles + 1) * TILE_ITEMS
-        sums = torch.zeros(2, len(rows), dtype=torch.float64)  # per user: Σ d and Σ |d| over every tile
-
-        def rank(first_tile: int, part: torch.Tensor) -> torch.Tensor:
-            q, target = queries[part], targets[part]
-            history_rows, history_items = view.flat(rows[part.numpy()])
-            kept = history_items != target.numpy()[history_rows]
-            excluded_items, by_item = torch.from_numpy(history_items[kept]).sort(stable=True)
-            excluded_rows = torch.from_numpy(history_rows[kept])[by_item]
-            excluded_bounds = torch.searchsorted(excluded_items, tile_starts).tolist()
-            scores, reference = torch.empty(len(part), TILE_ITEMS), None
-            part_sums = torch.zeros(2, len(part), dtype=torch.float64)
-            for tile in [first_tile, *(t for t in range(n_tiles) if t != first_tile)]:
-                lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
-                torch.matmul(q, E[lo:hi].T, out=scores)
-                if b is not None:
-                    scores.add_(b[lo:hi])
-                if reference is None:
-                    reference = scores.gather(1, (target - lo)[:, None])
-                cut = slice(excluded_bounds[tile], excluded_bounds[tile + 1])
-                scores[excluded_rows[cut], excluded_items[cut] - lo] = -math.inf
-                scores[:, max(0, n_slots - lo):] = -math.inf  # past n_items (last tile only)
-                if tile == 0:
-                    scores[:, 0] = -math.inf  # padding
-                part_sums[0] += scores.sub_(reference).sign_().sum(1)
-                part_sums[1] += scores.abs_().sum(1)
-            return part_sums
-
-        parts = [(tile, order[start:min(start + TILE_USERS, end)])
-                 for tile, (begin, end) in enumerate(zip([0, *group_ends], group_ends))
-                 for start in range(begin, end, TILE_USERS)]
         bar.reset()
         bar.set_description_str(f"{label} (ranking)")
-        # One part per thread, each single-threaded: splitting every small tile operation between threads makes
-        # them wait for each other thousands of times, which costs seconds once another process takes a core.
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with ThreadPoolExecutor(threads) as pool:
-                for (_, part), part_sums in zip(parts, pool.map(lambda job: rank(*job), parts)):
-                    sums[:, part] = part_sums
-                    bar.update(len(part))
-        finally:
-            torch.set_num_threads(threads)
-        signs, magnitudes = sums
-        greater = ((signs + magnitudes) / 2).long().numpy()
-        ties = (n_tiles * TILE_ITEMS - magnitudes).long().numpy() - 1  # the target equals itself
-        return greater, ties
+        return ranking.counts(view, rows, bar)
 
     def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:
         """Column order of the candidates of ``rows[start:stop]``: one random permutation per user, drawn in

@@ -1,7 +1,7 @@
 """Where jobs run: in this process, in joblib worker processes on this machine, or on a Dask cluster.
 
-The driver (:func:`benchmarks.runner.run_jobs`) hands over :class:`~benchmarks.runner.JobPayload` values and
-gets :class:`~benchmarks.runner.JobOutcome` values back as jobs finish; workers never write results.
+The driver (:func:`benchmarks.grid.run_jobs`) hands over :class:`~benchmarks.worker.JobPayload` values and
+gets :class:`~benchmarks.worker.JobOutcome` values back as jobs finish; workers never write results.
 
 - ``n_jobs = 1``: one job after another in this process, with progress bars.
 - ``n_jobs = N``: N joblib (loky) worker processes. The machine's CPU threads are divided among them
@@ -21,7 +21,10 @@ from typing import Callable, Iterator
 import joblib
 import torch
 
+from recbench.benchmarks.jobs import GridError
+from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.trainer import resolve_device
+from recbench.benchmarks.worker import JobOutcome, run_job
 
 RETRIES = 2  # new starts of the unfinished jobs after a local worker process died
 
@@ -35,8 +38,10 @@ def cpu_threads() -> int:
 
 
 class Executor:
-    def __init__(self, *, n_jobs: int = 1, threads: int | None = None, device: str = "auto",
-                 dask_scheduler: str | None = None, progress: bool = True, log=print):
+    """Runs payloads where the options say (module docstring) and yields their outcomes as they finish."""
+
+    def __init__(self, options: RunOptions, log=print):
+        n_jobs, dask_scheduler = options.n_jobs, options.dask_scheduler
         self.n_jobs, self.dask_scheduler, self.log = n_jobs, dask_scheduler, log
         self.client = None
         if dask_scheduler:
@@ -45,45 +50,22 @@ class Executor:
             try:
                 self.client = Client(dask_scheduler, timeout="30s")
             except OSError as error:
-                raise self._error(f"--dask-scheduler {dask_scheduler}: cannot connect ({error})") from None
+                raise GridError(f"--dask-scheduler {dask_scheduler}: cannot connect ({error})") from None
             self._check_cluster()
             self.parallelism = max(1, sum(self.client.nthreads().values()))
         else:
             self.parallelism = n_jobs
         local_parallel = n_jobs > 1 and not dask_scheduler
-        self.threads_per_job = threads or (max(1, cpu_threads() // n_jobs) if local_parallel else None)
-        self.worker_progress = progress and not local_parallel and not dask_scheduler
-        self.device_for_payload = device
+        self.threads_per_job = options.threads or (max(1, cpu_threads() // n_jobs) if local_parallel else None)
+        self.worker_progress = options.progress and not local_parallel and not dask_scheduler
         self.device_pool = None
-        if local_parallel and resolve_device(device).type == "cuda" and torch.cuda.device_count() > 1:
-            self.device_pool = self._cuda_pool(device, n_jobs)
-
-    @staticmethod
-    def check(n_jobs: int, device: str, dask_scheduler: str | None, threads: int | None = None) -> None:
-        """Fail before planning on options that cannot work (raises :class:`benchmarks.runner.GridError`)."""
-        from recbench.benchmarks.runner import GridError
-
-        if n_jobs < 1:
-            raise GridError(f"--jobs {n_jobs}: must be >= 1")
-        if threads is not None and threads < 1:
-            raise GridError(f"--threads {threads}: must be >= 1")
-        if dask_scheduler and n_jobs != 1:
-            raise GridError("--jobs and --dask-scheduler exclude each other: the Dask cluster decides how many "
-                            "jobs run at once")
-        if dask_scheduler:
-            try:
-                import dask.distributed  # noqa: F401
-            except ImportError:
-                raise GridError('--dask-scheduler needs Dask: pip install -e ".[distributed]"') from None
-        try:
-            resolve_device(device)
-        except (RuntimeError, ValueError) as error:
-            raise GridError(str(error)) from None
+        if local_parallel and resolve_device(options.device).type == "cuda" and torch.cuda.device_count() > 1:
+            self.device_pool = self._cuda_pool(n_jobs)
 
     def _check_cluster(self) -> None:
         """The scheduler unpickles the tasks and the workers run them: both must import this suite's code,
         or the grid would hang. Say how to start them instead."""
-        probe = "import recbench.benchmarks.runner"  # run with exec(), a builtin, which the cluster can always unpickle
+        probe = "import recbench.benchmarks.worker"  # run with exec(), a builtin, which the cluster can always unpickle
         where = []
         try:
             self.client.run_on_scheduler(exec, probe)
@@ -97,17 +79,11 @@ class Executor:
             where.append("no worker is connected")
         if where:
             self.client.close()
-            raise self._error(f"the Dask cluster at {self.dask_scheduler} cannot run the suite ({'; '.join(where)}): "
+            raise GridError(f"the Dask cluster at {self.dask_scheduler} cannot run the suite ({'; '.join(where)}): "
                               f"start the scheduler and every worker from a checkout of this code, e.g. "
                               f"PYTHONPATH=/path/to/checkout dask worker {self.dask_scheduler}")
 
-    @staticmethod
-    def _error(message: str):
-        from recbench.benchmarks.runner import GridError
-
-        return GridError(message)
-
-    def _cuda_pool(self, device: str, n_jobs: int):
+    def _cuda_pool(self, n_jobs: int):
         """A queue shared by the workers: every visible CUDA device, each ceil(n_jobs / devices) times."""
         import multiprocessing
 
@@ -122,8 +98,6 @@ class Executor:
 
     def run(self, payloads: list, datasets: dict, started: Callable) -> Iterator:
         """Outcomes of ``payloads`` as they finish; ``started(planned_job)`` is called as each is handed out."""
-        from recbench.benchmarks.runner import run_job
-
         for payload in payloads:
             payload.device_pool = self.device_pool
         if self.n_jobs == 1 and not self.dask_scheduler:
@@ -151,15 +125,11 @@ class Executor:
                          f"resuming from their checkpoints")
                 for payload in remaining:
                     payload.resume = True
-        from recbench.benchmarks.runner import JobOutcome
-
         for payload in remaining:
             yield JobOutcome(payload.planned.key, payload.planned.run_id, "failed", error_type="WorkerDied",
                              error=f"its worker process died {RETRIES + 1} times (killed, or out of memory)")
 
     def _parallel(self, payloads, datasets, started, n_jobs: int):
-        from recbench.benchmarks.runner import run_job
-
         def tasks():
             for payload in payloads:
                 started(payload.planned)

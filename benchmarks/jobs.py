@@ -1,4 +1,4 @@
-"""Jobs and their keys (``architecture.md``, "The run layer").
+"""Jobs and their keys (``ARCHITECTURE.md``, "The run layer").
 
 A :class:`Job` is what a caller asks for: a model on a dataset with a seed, optionally a study's variant of it,
 with ``--set`` overrides. A :class:`PlannedJob` is that job resolved for one run: the profile's and the
@@ -17,15 +17,24 @@ import re
 from dataclasses import dataclass, field
 
 from recbench.benchmarks.config import ResolvedConfig
-from recbench.benchmarks.evaluator import DEFAULT_METRICS
+from recbench.benchmarks.metrics import DEFAULT_METRICS
 from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.relevance import TASK as RELEVANCE
+from recbench.datasets.errors import unknown
 
 TASKS = ("next-item", RELEVANCE)
-KEY_VERSION = 1  # bump when the key's contents change meaning, so that old keys never match new jobs
-TIE_POLICY = "expected"  # the evaluator's tie policy for every result the runner writes (protocol.md)
-# Trainer settings that change how a job runs, never what it computes: not part of its key.
-EXECUTION_SETTINGS = ("progress", "checkpoint", "seed", "compile")
+# Bump when the key's contents change meaning, so that old keys never match new jobs. 2: the trainer's settings
+# hold only what a run computes (seed, progress, checkpoint and compile left them; amp became precision).
+KEY_VERSION = 2
+TIE_POLICY = "expected"  # the evaluator's tie policy for every result the runner writes (PROTOCOL.md)
+
+
+class GridError(ValueError):
+    """The grid cannot start: each line of the message is one problem (a bad setting, a missing dataset)."""
+
+
+class GridInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a grid; finished jobs are recorded and checkpoints kept."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,7 @@ class Job:
 
     def __post_init__(self):
         if self.task not in TASKS:
-            raise ValueError(f"unknown task {self.task!r}; expected one of {TASKS}")
+            raise unknown("task", self.task, TASKS)
 
     def _parts(self) -> list[str]:
         return ([self.dataset, self.model] + ([self.variant] if self.variant else [])
@@ -85,8 +94,7 @@ class PlannedJob:
 
     def identity(self) -> dict:
         """Everything that determines this job's result rows; the key hashes it."""
-        train = ({name: value for name, value in dataclasses.asdict(self.config.train).items()
-                  if name not in EXECUTION_SETTINGS} if self.trains else None)
+        train = dataclasses.asdict(self.config.train) if self.trains else None
         return {
             "key_version": KEY_VERSION, "dataset": self.job.dataset, "data_sha256": self.data_sha256,
             "model": self.job.model, "hyperparameters": dataclasses.asdict(self.config.model),

@@ -18,6 +18,7 @@ import numpy as np
 
 from recbench.datasets.progress import progress_bar
 from recbench.datasets.sequences import SequenceData
+from recbench.datasets.errors import unknown
 
 SAMPLED_PROTOCOLS = {"pop100": "popularity", "uni100": "uniform"}
 PAIRS = "pairs"  # relevance prediction: one uniform negative per user (benchmarks.relevance)
@@ -33,7 +34,7 @@ def candidate_weights(data: SequenceData, protocol: str) -> np.ndarray:
         weights = np.ones(data.n_items + 1, dtype=np.float64)
         weights[0] = 0.0
         return weights
-    raise ValueError(f"unknown sampled protocol {protocol!r}; expected one of {sorted(_PROTOCOL_CODES)}")
+    raise unknown("sampled protocol", protocol, sorted(_PROTOCOL_CODES))
 
 
 def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.random.Generator,
@@ -93,7 +94,7 @@ def load_or_sample(data: SequenceData, split: str, protocol: str, seed: int, cac
     """The stored negatives for (dataset, split, protocol, seed), drawing and saving them the first time
     (with a progress bar when that takes more than a few seconds, unless ``progress`` is False)."""
     if split not in _SPLIT_CODES:
-        raise ValueError(f"unknown split {split!r}; expected one of {sorted(_SPLIT_CODES)}")
+        raise unknown("split", split, sorted(_SPLIT_CODES))
     weights = candidate_weights(data, protocol)
     path = None
     if cache_dir is not None:

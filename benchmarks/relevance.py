@@ -188,9 +188,6 @@ class RelevanceEvaluator:
         """Probabilities of every pair from ``model.predict_proba`` and their metrics; ``users`` restricts to
         some rows."""
         name = model_name or type(model).__name__
-        if not hasattr(model, "predict_proba"):
-            raise TypeError(f"model {name!r} has no predict_proba: it is a ranker, so calibrate it on the "
-                            f"validation pairs first (benchmarks.relevance.calibrate)")
         started = time.perf_counter()
         rows = self._rows(split, users)
         probabilities = self._collect(model, split, rows, model.predict_proba, name, probabilities=True)

@@ -1,4 +1,4 @@
-"""BERT4Rec's studies as job lists for :func:`benchmarks.runner.run_jobs`: the ablation (Table 5), the
+"""BERT4Rec's studies as job lists for :func:`benchmarks.grid.run_jobs`: the ablation (Table 5), the
 sensitivity sweeps (Fig. 3–5, Table 4) and the Cloze study (Table 3).
 
 Every variant is the registered model with ``--set``-style overrides (``use_position=false``), never a copied
@@ -163,7 +163,7 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.cli import guard, run_grid
+    from recbench.benchmarks.cli import guard, run_grid, run_options
 
     def run() -> int:
         jobs = build_jobs(args)
@@ -175,7 +175,8 @@ def main(argv=None) -> int:
             print("\n" + text)
             return text
 
-        return run_grid(args, jobs, protocols=args.protocols, profile=args.profile, output=output, table=table)
+        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
+        return run_grid(args, jobs, options, table=table)
 
     return guard(run, args.debug)
 

@@ -1,14 +1,20 @@
-"""The one training loop shared by every neural model (``architecture.md``; ``protocol.md`` "Model selection").
+"""The one training loop shared by every neural model (``ARCHITECTURE.md``; ``PROTOCOL.md``, "Model selection").
 
-Adam, AdamW or BERT's AdamWeightDecay (``benchmarks.optim``) with linear warm-up then linear or BERT's decay,
-gradient clipping, bf16 autocast on CUDA, early stopping on a validation metric with a patience, an epoch cap, a
-step cap and a wall-clock budget, restore of the best weights, and a checkpoint after every validation so that an
-interrupted run resumes where it stopped.
+:class:`TrainSettings` is what a run computes (optimiser, schedule, stopping rules, validation, precision): every
+field enters the job's key. :class:`TrainRun` is how it runs (seed, checkpoint path, progress bar,
+``torch.compile``, a callback at each validation): none of it changes the numbers a run ends with, except
+that the callback may stop the run (tuning prunes through it).
+
+:meth:`Trainer.fit` is a few named steps over a small :class:`TrainState`: restore a checkpoint, train one
+epoch, validate and decide, save a checkpoint; at the end the best-on-validation weights are put back (the
+protocol's rule: the checkpoint that validation selects is the one tested). Adam, AdamW or BERT's
+AdamWeightDecay (``benchmarks.optim``), linear warm-up then linear or BERT's decay, gradient clipping, bf16
+autocast on CUDA when asked for, early stopping on a validation metric with a patience (or none), an epoch cap,
+a step cap and a wall-clock budget.
 
 On a GPU the loop itself never makes the host wait for the device between steps: the running loss stays on the
 device and is checked for NaN/inf every ``FINITE_CHECK_STEPS`` batches and at the epoch's end (the model's own
-loss may still wait, e.g. for data-dependent shapes). ``compile`` runs the model's loss through
-``torch.compile``.
+loss may still wait, e.g. for data-dependent shapes).
 """
 from __future__ import annotations
 
@@ -16,23 +22,25 @@ import copy
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
 
-from recbench.benchmarks.evaluator import PROTOCOLS, check_metric_name
+from recbench.benchmarks.evaluator import PROTOCOLS
+from recbench.benchmarks.metrics import check_metric_name
 from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
 from recbench.benchmarks.relevance import SELECTION_METRICS
+from recbench.datasets.errors import unknown
 from recbench.datasets.sequences import Histories
-from recbench.models.base import NeuralRecommender, Recommender, Validator
+from recbench.models.base import FitReport, NeuralRecommender, Recommender, Validator
 from recbench.models.base import require as require_setting
 from recbench.models.base import require_choice
 
-
 FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)
-
+CHECKPOINT_VERSION = 2  # the layout of a training checkpoint (TrainState's fields)
 
 OPTIMIZERS = ("adam", "adamw", "adam-weight-decay", "adagrad", "sgd")
 DECAYS = ("none", "linear", "polynomial")
@@ -41,6 +49,8 @@ PRECISIONS = ("fp32", "bf16")
 
 @dataclass
 class TrainSettings:
+    """What a training run computes; every field is part of a job's key."""
+
     optimizer: str = "adam"  # "adam" (L2 folded into the gradient), "adamw" (decoupled weight decay),
     # "adam-weight-decay" (BERT's AdamWeightDecayOptimizer: decoupled weight decay, no bias correction), "adagrad"
     # (GRU4Rec's form, see benchmarks.optim.GRU4RecAdagrad) or "sgd" (plain, as NCF fine-tunes a pre-trained NeuMF)
@@ -51,7 +61,7 @@ class TrainSettings:
     batch_size: int = 256
     max_epochs: int = 200
     max_steps: int | None = None  # stop after this many optimiser steps, and the decay's horizon (else max_epochs)
-    patience: int = 10  # validations without improvement before stopping
+    patience: int | None = 10  # validations without improvement before stopping; none: never stop early
     time_budget_s: float | None = None  # wall-clock cap on training (validation included)
     warmup_steps: int = 0
     decay: str = "none"  # after warm-up: "none" constant; "linear" to 0 over the steps after warm-up;
@@ -63,32 +73,89 @@ class TrainSettings:
     valid_users: int | None = None  # validate on a fixed random subset of this many users (0 or None: all)
     precision: str = "fp32"  # "fp32", as the authors' code trains; "bf16": bf16 autocast on CUDA (the CPU always
     # trains in fp32)
-    compile: bool = False  # torch.compile the model's loss (a first step per new batch shape compiles)
-    progress: bool = True
-    checkpoint: str | None = None  # path of the resumable checkpoint
-    seed: int = 0  # shuffling, negatives and masks drawn during training
 
     def __post_init__(self):
         def require(condition: bool, field: str, rule: str) -> None:
             require_setting(self, condition, field, rule)
 
         self.betas = tuple(self.betas)
-        for field, choices in (("optimizer", OPTIMIZERS), ("decay", DECAYS), ("precision", PRECISIONS)):
-            require_choice(self, field, choices)
+        for field_name, choices in (("optimizer", OPTIMIZERS), ("decay", DECAYS), ("precision", PRECISIONS),
+                                    ("valid_protocol", PROTOCOLS)):
+            require_choice(self, field_name, choices)
         require(self.lr > 0, "lr", "be > 0")
         require(self.eps > 0, "eps", "be > 0")
         require(self.max_steps is None or self.max_steps >= 1, "max_steps", "be >= 1, or none (max_epochs decides)")
         require(self.weight_decay >= 0, "weight_decay", "be >= 0")
         require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "be two numbers in [0, 1)")
-        for field in ("batch_size", "max_epochs", "patience", "valid_every"):
-            require(getattr(self, field) >= 1, field, "be >= 1")
+        for name in ("batch_size", "max_epochs", "valid_every"):
+            require(getattr(self, name) >= 1, name, "be >= 1")
+        require(self.patience is None or self.patience >= 1, "patience", "be >= 1, or none (no early stopping)")
         require(self.warmup_steps >= 0, "warmup_steps", "be >= 0")
+        require(self.max_steps is None or self.warmup_steps <= self.max_steps, "warmup_steps",
+                f"be at most max_steps={self.max_steps} (else the learning rate never reaches lr)")
         require(self.time_budget_s is None or self.time_budget_s > 0, "time_budget_s", "be > 0 seconds, or none")
         require(self.clip_norm is None or self.clip_norm >= 0, "clip_norm", "be >= 0 (0 or none: no clipping)")
         require(self.valid_users is None or self.valid_users >= 0, "valid_users", "be >= 0 (0 or none: all users)")
-        require(self.valid_protocol in PROTOCOLS, "valid_protocol", f"be one of {', '.join(PROTOCOLS)}")
         require(self.valid_metric in SELECTION_METRICS or check_metric_name(self.valid_metric), "valid_metric",
                 f"be HR@k, NDCG@k, MRR or one of {', '.join(SELECTION_METRICS)}")
+
+
+@dataclass
+class Validation:
+    """What :attr:`TrainRun.on_validation` is shown after each validation."""
+
+    epoch: int
+    step: int  # optimiser steps taken so far
+    metrics: dict  # every validation metric of this pass
+    value: float  # the selection metric's value
+    best: float  # the best value so far, this one included
+    improved: bool
+
+
+@dataclass
+class TrainRun:
+    """How one training run executes, apart from what it computes: nothing here enters a job's key."""
+
+    seed: int = 0  # shuffling, negatives and masks drawn during training (the job's seed)
+    checkpoint: str | Path | None = None  # where the resumable state is written after every epoch
+    progress: bool = True
+    compile: bool = False  # torch.compile the model's loss (a first step per new batch shape compiles)
+    # Called after every validation; returning a reason (e.g. "pruned") ends the run with it as its stop reason.
+    on_validation: Callable[[Validation], str | None] | None = None
+
+
+@dataclass
+class TrainState:
+    """Where a run stands; written with every checkpoint, so an interrupted run resumes from it."""
+
+    epoch: int = 0
+    step: int = 0
+    samples: int = 0  # training examples processed
+    batch_seconds: float = 0.0  # time in the batch loop (validation excluded)
+    train_seconds: float = 0.0  # time since the start, validation included
+    best_metric: float = -math.inf
+    best_epoch: int = 0
+    best_step: int = 0
+    bad_validations: int = 0
+    history: list = field(default_factory=list)  # one record per epoch: loss, seconds, validation metrics
+    stopped_by: str | None = None  # why training ended: "max epochs", "max steps", "time budget", ...
+    best_weights: dict | None = None
+
+
+@dataclass
+class _Session:
+    """What one call of :meth:`Trainer.fit` works with besides its state."""
+
+    model: NeuralRecommender
+    examples: dict
+    n_examples: int
+    batches_per_epoch: int
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    generator: torch.Generator
+    loss_of: Callable
+    use_amp: bool
+    started: float = 0.0  # perf_counter() at the run's start, earlier sessions' time included
 
 
 def resolve_device(name: str) -> torch.device:
@@ -99,27 +166,202 @@ def resolve_device(name: str) -> torch.device:
         raise RuntimeError(f"--device {name} was requested but torch sees no CUDA device "
                            f"(torch {torch.__version__}); use --device cpu or auto")
     if name != "cpu" and not name.startswith("cuda"):
-        raise ValueError(f"unknown device {name!r}; expected auto, cpu or cuda[:N]")
+        raise unknown("device", name, ["auto", "cpu", "cuda", "cuda:N"])
     return torch.device(name)
 
 
-def fit_model(model: Recommender, train: Histories, validate: Validator | None, settings: TrainSettings) -> dict:
+def fit_model(model: Recommender, train: Histories, validate: Validator | None, settings: TrainSettings,
+              run: TrainRun | None = None) -> FitReport:
     """The harness's one way to fit any model: a neural model by the shared :class:`Trainer`, any other (POP)
-    by its own ``fit``. Returns the fit report (epochs run, best epoch, best validation value, curve, seconds)."""
+    by its own ``fit``."""
     if isinstance(model, NeuralRecommender):
-        return Trainer(settings).fit(model, train, validate)
+        return Trainer(settings, run).fit(model, train, validate)
     return model.fit(train)
 
 
 class Trainer:
-    def __init__(self, settings: TrainSettings):
+    def __init__(self, settings: TrainSettings, run: TrainRun | None = None):
         self.settings = settings
+        self.run = run or TrainRun()
+
+    def fit(self, model: NeuralRecommender, train: Histories, validate: Validator | None) -> FitReport:
+        """Train ``model`` until a stopping rule ends the run, keep its best-on-validation weights (the last ones
+        without a validator) and report what happened."""
+        session = self._start(model, train)
+        state, resumed_from = self._restore(session)
+        session.started = time.perf_counter() - state.train_seconds
+        with self._progress_bar(model, state) as bar:
+            while state.stopped_by is None:
+                cut_short = self._train_epoch(session, state, bar)
+                self._validate_and_decide(session, state, validate, cut_short)
+                state.train_seconds = time.perf_counter() - session.started
+                self._show(bar, state, validate)
+                self._save(session, state)
+        if state.best_weights is not None:
+            model.load_state_dict(state.best_weights)
+        return self._report(session, state, validate, resumed_from)
+
+    # ------------------------------------------------------------------------------------------ the steps
+
+    def _start(self, model: NeuralRecommender, train: Histories) -> _Session:
+        s, device = self.settings, model.device
+        examples = {key: value.to(device) for key, value in model.training_examples(train).items()}
+        n_examples = len(next(iter(examples.values())))
+        if n_examples == 0:
+            raise ValueError(f"{model.name}: the training view produced no training examples")
+        batches_per_epoch = math.ceil(n_examples / s.batch_size)
+        optimizer = self._optimizer(model)
+        schedule = self._schedule(optimizer, s.max_steps or s.max_epochs * batches_per_epoch)
+        generator = torch.Generator(device=device).manual_seed(self.run.seed)
+        loss_of = torch.compile(model.loss) if self.run.compile else model.loss
+        return _Session(model, examples, n_examples, batches_per_epoch, optimizer, schedule, generator, loss_of,
+                        s.precision == "bf16" and device.type == "cuda")
+
+    def _restore(self, session: _Session) -> tuple[TrainState, int | None]:
+        """The checkpoint's state, weights, optimiser, schedule and random state, if a checkpoint exists."""
+        path = self.run.checkpoint
+        if path is None or not Path(path).exists():
+            return TrainState(), None
+        saved = torch.load(path, map_location=session.model.device, weights_only=False)
+        if saved.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"{path}: a training checkpoint of an older version of the suite; delete it to "
+                             f"train afresh")
+        session.model.load_state_dict(saved["model"])
+        self._load_optimizer(session.optimizer, saved["optimizer"])
+        session.schedule.load_state_dict(saved["schedule"])
+        state = TrainState(**saved["state"])
+        self._restore_generator(session.generator, saved, state.epoch)
+        return state, state.epoch or None
+
+    def _train_epoch(self, session: _Session, state: TrainState, bar) -> str | None:
+        """One pass over the shuffled examples (stopping early at the step cap or the time budget); returns
+        "max steps" or "time budget" when one of them cut the epoch short, else None."""
+        s, device, model = self.settings, session.model.device, session.model
+        epoch, epoch_started = state.epoch + 1, time.perf_counter()
+        model.train()
+        # Rows that are consecutive steps of one schedule (GRU4Rec's session-parallel mini-batches) keep order.
+        order = (torch.arange(session.n_examples, device=device) if model.ordered_examples
+                 else torch.randperm(session.n_examples, generator=session.generator, device=device))
+        # The hot loop never waits for the device: losses stay there (their running sum in float64, the last
+        # FINITE_CHECK_STEPS of them for the divergence check) until the check and the epoch's end.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        recent = torch.zeros(FINITE_CHECK_STEPS, device=device)
+        cut_short, samples = None, 0
+        for b in range(session.batches_per_epoch):
+            rows = order[b * s.batch_size:(b + 1) * s.batch_size]
+            loss = self._step(session, {key: value[rows] for key, value in session.examples.items()})
+            loss_sum += loss
+            recent[b % FINITE_CHECK_STEPS] = loss
+            samples += len(rows)
+            if s.time_budget_s is not None and time.perf_counter() - session.started > s.time_budget_s:
+                cut_short = "time budget"
+            elif s.max_steps is not None and session.schedule.last_epoch >= s.max_steps:  # steps taken so far
+                cut_short = "max steps"
+            if (b + 1) % FINITE_CHECK_STEPS == 0 or cut_short or b + 1 == session.batches_per_epoch:
+                self._check_finite(model, recent, epoch, b)
+            if s.max_steps is not None:
+                bar.update(1)
+            if cut_short:
+                break
+        mean_loss = loss_sum.item() / (b + 1)
+        state.batch_seconds += time.perf_counter() - epoch_started
+        state.samples += samples
+        state.step = session.schedule.last_epoch
+        state.epoch = epoch
+        state.history.append({"epoch": epoch, "loss": mean_loss, "seconds": time.perf_counter() - session.started})
+        return cut_short
+
+    def _step(self, session: _Session, batch: dict) -> torch.Tensor:
+        """One optimiser step on ``batch``; returns its loss, detached, on the device."""
+        s = self.settings
+        with torch.autocast(device_type=session.model.device.type, dtype=torch.bfloat16, enabled=session.use_amp):
+            loss = session.loss_of(batch, session.generator)
+        session.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if s.clip_norm:
+            torch.nn.utils.clip_grad_norm_(session.model.parameters(), s.clip_norm)
+        session.optimizer.step()
+        session.schedule.step()
+        return loss.detach()
+
+    def _validate_and_decide(self, session: _Session, state: TrainState, validate: Validator | None,
+                             cut_short: str | None) -> None:
+        """Validate when due, keep the best weights, and set ``state.stopped_by`` when a rule ends the run."""
+        s, epoch = self.settings, state.epoch
+        last_epoch = epoch >= s.max_epochs or cut_short is not None
+        stop = None
+        if validate is not None and (epoch % s.valid_every == 0 or last_epoch):
+            metrics = validate(session.model)
+            state.history[-1].update({f"valid_{name}": value for name, value in metrics.items()})
+            value = metrics[s.valid_metric]
+            improved = value > state.best_metric
+            if improved:
+                state.best_metric, state.best_epoch, state.best_step = value, epoch, state.step
+                state.bad_validations = 0
+                state.best_weights = copy.deepcopy(session.model.state_dict())
+            else:
+                state.bad_validations += 1
+            if self.run.on_validation is not None:
+                stop = self.run.on_validation(Validation(epoch, state.step, metrics, value, state.best_metric,
+                                                         improved))
+        elif validate is None:
+            state.best_epoch, state.best_step, state.best_weights = epoch, state.step, None
+        if epoch >= s.max_epochs:
+            state.stopped_by = "max epochs"
+        elif cut_short is not None:
+            state.stopped_by = cut_short
+        elif stop:
+            state.stopped_by = stop
+        elif s.patience is not None and state.bad_validations >= s.patience:
+            state.stopped_by = "early stopping"
+
+    def _save(self, session: _Session, state: TrainState) -> None:
+        if self.run.checkpoint is None:
+            return
+        path = Path(self.run.checkpoint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"version": CHECKPOINT_VERSION, "model": session.model.state_dict(),
+                    "optimizer": session.optimizer.state_dict(), "schedule": session.schedule.state_dict(),
+                    "generator": session.generator.get_state(), "generator_device": session.generator.device.type,
+                    "state": dict(vars(state))}, tmp)
+        tmp.replace(path)
+
+    def _report(self, session: _Session, state: TrainState, validate: Validator | None,
+                resumed_from: int | None) -> FitReport:
+        return FitReport(
+            epochs_run=state.epoch, steps_run=state.step, best_epoch=state.best_epoch, best_step=state.best_step,
+            best_valid=state.best_metric if validate else None, stopped_by=state.stopped_by,
+            train_seconds=state.train_seconds, curve=state.history, resumed_from_epoch=resumed_from,
+            settings=dataclasses.asdict(self.settings), precision="bf16" if session.use_amp else "fp32",
+            samples_per_s=state.samples / state.batch_seconds if state.batch_seconds > 0 else None)
+
+    # ------------------------------------------------------------------------------------- the progress bar
+
+    def _progress_bar(self, model: NeuralRecommender, state: TrainState) -> tqdm:
+        """Counts what will end the run: steps when a step cap is set, else epochs."""
+        steps = self.settings.max_steps
+        return tqdm(total=steps or self.settings.max_epochs, initial=state.step if steps else state.epoch,
+                    desc=model.name, unit="step" if steps else "epoch", disable=not self.run.progress,
+                    dynamic_ncols=True, leave=False)
+
+    def _show(self, bar: tqdm, state: TrainState, validate: Validator | None) -> None:
+        """The epoch's loss and the best validation value; a bar ended by the time budget stays on screen and
+        says so."""
+        if self.settings.max_steps is None:
+            bar.update(1)
+        best = f"{state.best_metric:.4f}" if state.best_metric > -math.inf else "–"
+        bar.set_postfix(epoch=state.epoch, loss=f"{state.history[-1]['loss']:.4f}",
+                        **({f"best {self.settings.valid_metric}": best} if validate else {}))
+        if state.stopped_by == "time budget":
+            bar.set_description_str(f"{bar.desc}: stopped by the {self.settings.time_budget_s:g} s time budget")
+            bar.leave = True
+
+    # ----------------------------------------------------------------------------------------------- parts
 
     def _optimizer(self, model: NeuralRecommender) -> torch.optim.Optimizer:
         s = self.settings
-        # A model may split its parameters into groups with their own settings through an optional
-        # ``parameter_groups()`` (BERT4Rec: no weight decay on biases and LayerNorm, as its official code).
-        groups = model.parameter_groups() if hasattr(model, "parameter_groups") else model.parameters()
+        groups = model.parameter_groups()
         if s.optimizer == "adam-weight-decay":
             return AdamWeightDecay(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay)
         if s.optimizer == "adagrad":
@@ -145,104 +387,6 @@ class Trainer:
 
         return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
-    def fit(self, model: NeuralRecommender, train: Histories, validate: Validator | None) -> dict:
-        s = self.settings
-        device = model.device
-        examples = {key: value.to(device) for key, value in model.training_examples(train).items()}
-        n_examples = len(next(iter(examples.values())))
-        if n_examples == 0:
-            raise ValueError(f"{model.name}: the training view produced no training examples")
-        batches_per_epoch = math.ceil(n_examples / s.batch_size)
-        optimizer = self._optimizer(model)
-        schedule = self._schedule(optimizer, s.max_steps or s.max_epochs * batches_per_epoch)
-        generator = torch.Generator(device=device).manual_seed(s.seed)
-        use_amp = s.precision == "bf16" and device.type == "cuda"
-        loss_of = torch.compile(model.loss) if s.compile else model.loss
-
-        state = {"epoch": 0, "best_metric": -math.inf, "best_epoch": 0, "bad_validations": 0,
-                 "history": [], "train_seconds": 0.0, "finished": False, "best_weights": None}
-        checkpoint = Path(s.checkpoint) if s.checkpoint else None
-        if checkpoint is not None and checkpoint.exists():
-            saved = torch.load(checkpoint, map_location=device, weights_only=False)
-            model.load_state_dict(saved["model"])
-            self._load_optimizer(optimizer, saved["optimizer"])
-            schedule.load_state_dict(saved["schedule"])
-            state = saved["state"]
-            self._restore_generator(generator, saved, s.seed, state["epoch"])
-        resumed_from_epoch = state["epoch"] if state["epoch"] else None
-
-        started = time.perf_counter() - state["train_seconds"]
-        bar = tqdm(total=s.max_epochs, initial=state["epoch"], desc=f"{model.name}", unit="epoch",
-                   disable=not s.progress, dynamic_ncols=True, leave=False)
-        while not state["finished"]:
-            epoch = state["epoch"] + 1
-            model.train()
-            # Rows that are consecutive steps of one schedule (GRU4Rec's session-parallel mini-batches) keep order.
-            order = (torch.arange(n_examples, device=device) if model.ordered_examples
-                     else torch.randperm(n_examples, generator=generator, device=device))
-            # The hot loop never waits for the device: losses stay there (their running sum in float64, the last
-            # FINITE_CHECK_STEPS of them for the divergence check) until the check and the epoch's end.
-            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-            recent = torch.zeros(FINITE_CHECK_STEPS, device=device)
-            out_of_time = out_of_steps = False
-            for b in range(batches_per_epoch):
-                rows = order[b * s.batch_size:(b + 1) * s.batch_size]
-                batch = {key: value[rows] for key, value in examples.items()}
-                with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
-                    loss = loss_of(batch, generator)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if s.clip_norm:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip_norm)
-                optimizer.step()
-                schedule.step()
-                loss_sum += loss.detach()
-                recent[b % FINITE_CHECK_STEPS] = loss.detach()
-                out_of_time = s.time_budget_s is not None and time.perf_counter() - started > s.time_budget_s
-                out_of_steps = s.max_steps is not None and schedule.last_epoch >= s.max_steps  # steps taken so far
-                if (b + 1) % FINITE_CHECK_STEPS == 0 or out_of_time or out_of_steps or b + 1 == batches_per_epoch:
-                    self._check_finite(model, recent, epoch, b)
-                if out_of_time or out_of_steps:
-                    break
-            record = {"epoch": epoch, "loss": loss_sum.item() / (b + 1), "seconds": time.perf_counter() - started}
-            last_epoch = epoch >= s.max_epochs or out_of_time or out_of_steps
-            if validate is not None and (epoch % s.valid_every == 0 or last_epoch):
-                metrics = validate(model)
-                record.update({f"valid_{name}": value for name, value in metrics.items()})
-                value = metrics[s.valid_metric]
-                if value > state["best_metric"]:
-                    state.update(best_metric=value, best_epoch=epoch, bad_validations=0,
-                                 best_weights=copy.deepcopy(model.state_dict()))
-                else:
-                    state["bad_validations"] += 1
-            elif validate is None:
-                state.update(best_epoch=epoch, best_weights=None)
-            state["history"].append(record)
-            state["epoch"] = epoch
-            state["train_seconds"] = time.perf_counter() - started
-            state["finished"] = last_epoch or state["bad_validations"] >= s.patience
-            if state["finished"]:
-                state["stopped_by"] = ("max epochs" if epoch >= s.max_epochs else
-                                       "time budget" if out_of_time else "max steps" if out_of_steps else
-                                       "early stopping")
-            bar.update(1)
-            best = f"{state['best_metric']:.4f}" if state["best_metric"] > -math.inf else "–"
-            bar.set_postfix(loss=f"{record['loss']:.4f}", **({f"best {s.valid_metric}": best} if validate else {}))
-            if checkpoint is not None:
-                self._save(checkpoint, model, optimizer, schedule, generator, state)
-        stopped_by = state.get("stopped_by", "max epochs")
-        if stopped_by == "time budget":
-            # The bar stays on screen and says why it ended short of max_epochs.
-            bar.set_description_str(f"{model.name}: stopped by the {s.time_budget_s:g} s time budget")
-            bar.leave = True
-        bar.close()
-        if state["best_weights"] is not None:
-            model.load_state_dict(state["best_weights"])
-        return {"epochs_run": state["epoch"], "best_epoch": state["best_epoch"],
-                "best_valid": state["best_metric"] if validate else None, "stopped_by": stopped_by,
-                "train_seconds": state["train_seconds"], "curve": state["history"],
-                "resumed_from_epoch": resumed_from_epoch, "settings": dataclasses.asdict(s)}
-
     def _check_finite(self, model: NeuralRecommender, recent: torch.Tensor, epoch: int, batch: int) -> None:
         """Raise if any of the losses since the last check (``recent``, a ring of the last FINITE_CHECK_STEPS
         batches' losses, the current one at ``batch``) is NaN or infinite, naming the first such batch. Weights
@@ -264,22 +408,12 @@ class Trainer:
         for group, implementation in zip(optimizer.param_groups, chosen):
             group.update(implementation)
 
-    @staticmethod
-    def _restore_generator(generator: torch.Generator, saved: dict, seed: int, epoch: int) -> None:
+    def _restore_generator(self, generator: torch.Generator, saved: dict, epoch: int) -> None:
         """The checkpoint's random state when it was written on this device type. CPU and CUDA generators have
         different states, so a checkpoint from the other type (a CUDA run resumed on the CPU) continues with a
-        generator seeded by ``seed`` and the epoch: its remaining draws differ from an uninterrupted run's, but
+        generator seeded by the seed and the epoch: its remaining draws differ from an uninterrupted run's, but
         are still fixed by the seed."""
         if saved.get("generator_device", generator.device.type) == generator.device.type:
             generator.set_state(saved["generator"].cpu())
         else:
-            generator.manual_seed(seed * 1_000_003 + epoch)
-
-    @staticmethod
-    def _save(path: Path, model, optimizer, schedule, generator, state) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(), "generator": generator.get_state(),
-                    "generator_device": generator.device.type, "state": state}, tmp)
-        tmp.replace(path)
+            generator.manual_seed(self.run.seed * 1_000_003 + epoch)

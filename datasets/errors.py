@@ -2,6 +2,8 @@
 
 ``DatasetFormatError`` is a ``ValueError`` (bad content), ``MissingDataError`` a ``FileNotFoundError``
 (nothing to read, nothing downloadable), ``DownloadError`` an ``OSError`` (network or server trouble).
+:func:`unknown` gives every layer of the suite one shape for a name it does not know (a dataset, a model, a
+protocol, a field): ``unknown model 'x'; expected one of a, b, c``.
 """
 from __future__ import annotations
 
@@ -32,3 +34,12 @@ class DownloadError(OSError):
 
 class ChecksumError(DownloadError):
     """A downloaded file's sha256 differs from the published one; the bad file has been removed."""
+
+
+class UnknownNameError(ValueError):
+    """A name (dataset, model, protocol, field, ...) the suite does not know; the message lists the valid ones."""
+
+
+def unknown(kind: str, name, valid) -> UnknownNameError:
+    """The error for an unknown ``kind`` called ``name``, to raise: ``unknown model 'x'; expected one of a, b``."""
+    return UnknownNameError(f"unknown {kind} {name!r}; expected one of {', '.join(map(str, valid))}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recbench.datasets.errors import unknown
 from recbench.datasets.preprocess import Preprocessing
 
 GITHUB_BERT4REC = "https://raw.githubusercontent.com/FeiSun/BERT4Rec/master/data"
@@ -161,4 +162,4 @@ def get_spec(name: str) -> DatasetSpec | SyntheticSpec:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}") from None
+        raise unknown("dataset", name, DATASET_NAMES) from None

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from recbench.datasets.errors import unknown
+
 PAD = 0
 
 
@@ -207,4 +209,4 @@ class LeaveOneOutSplit:
             return self.valid()
         if split == "test":
             return self.test()
-        raise ValueError(f"unknown split {split!r}; expected 'valid' or 'test'")
+        raise unknown("split", split, ("valid", "test"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 
+from recbench.datasets.errors import unknown
+
 _REGISTRY = {
     "pop": "recbench.models.pop:Pop",
     "bprmf": "recbench.models.bprmf:BPRMF",
@@ -30,6 +32,6 @@ def model_names() -> list[str]:
 
 def model_class(name: str):
     if name not in _REGISTRY:
-        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(_REGISTRY)}")
+        raise unknown("model", name, _REGISTRY)
     module, attribute = _REGISTRY[name].split(":")
     return getattr(importlib.import_module(module), attribute)

@@ -12,15 +12,26 @@ Conventions for :meth:`Recommender.score`:
 - returns ``(B, n_items + 1)`` scores indexed by item id (column 0, padding, is ignored by the evaluator) when
   ``candidates`` is ``None``, else ``(B, C)`` scores aligned with ``candidates``. Higher is better.
 
-A model whose full score matrix is a product, score(u, i) = q_u · e_i + b_i (SASRec, BERT4Rec, BPR-MF, Caser),
-also defines ``score_factors(users, histories) -> ScoreFactors`` and builds its full scores from them
-(:meth:`ScoreFactors.full`). The evaluator then ranks all items without holding the ``(B, n_items + 1)`` matrix:
-it multiplies the queries by one tile of items at a time while the tile is in the cache.
+Optional hooks, declared below with their defaults, so that the harness never asks whether a model has them:
+
+- ``score_factors(users, histories)``: a model whose full score matrix is a product, score(u, i) = q_u · e_i +
+  b_i (SASRec, BERT4Rec, BPR-MF, Caser), returns its :class:`ScoreFactors` and builds its full scores from them
+  (:meth:`ScoreFactors.full`); the evaluator then ranks all items on the CPU without holding the
+  ``(B, n_items + 1)`` matrix. Default: None (no such product).
+- ``attention_maps(users, histories)`` and ``attention_items(histories)``: an attention model's weights, for
+  the report's heat maps. Default: None (no attention).
+- ``training_report()``: facts about the training data the model built, recorded in every result row (BERT4Rec:
+  the proportion of items its Cloze copies mask). Default: nothing.
+- ``predict_proba(users, histories, candidates)``: probabilities, for a model trained for relevance prediction
+  (``models.relevance.RelevanceModel``). Default: an error saying that a ranker is calibrated first.
+- ``parameter_groups()`` (neural models): parameter groups with their own optimiser settings (BERT4Rec: no
+  weight decay on biases and LayerNorm). Default: one group of every parameter.
 """
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Callable, ClassVar, NamedTuple
 
 import torch
@@ -54,11 +65,21 @@ def show(value) -> str:
     return repr(value)
 
 
+class SettingError(ValueError):
+    """A setting's value breaks a rule, in the one shape ``heads=3 must divide hidden=64``."""
+
+
+def setting_error(field: str, value, rule: str) -> SettingError:
+    """The one shape of a setting's error, to raise: ``heads=3 must divide hidden=64``. The harness prefixes the
+    model (``sasrec: heads=3 must divide hidden=64``)."""
+    return SettingError(f"{field}={show(value)} must {rule}")
+
+
 def require(settings, condition: bool, field: str, rule: str) -> None:
-    """The one shape of a setting's error, raised by the ``__post_init__`` of every config dataclass (model
-    configs and the trainer's settings): ``heads=3 must divide hidden=64``. The harness prefixes the model."""
+    """:func:`setting_error` unless ``condition`` holds, for the ``__post_init__`` of every config dataclass
+    (model configs and the trainer's settings)."""
     if not condition:
-        raise ValueError(f"{field}={show(getattr(settings, field))} must {rule}")
+        raise setting_error(field, getattr(settings, field), rule)
 
 
 def require_choice(settings, field: str, choices) -> None:
@@ -66,9 +87,27 @@ def require_choice(settings, field: str, choices) -> None:
     require(settings, getattr(settings, field) in choices, field, f"be one of {', '.join(map(str, choices))}")
 
 
+@dataclass
+class FitReport:
+    """How a model was fitted: what the trainer reports for a neural model, what ``fit`` returns for any other."""
+
+    train_seconds: float
+    epochs_run: int = 0
+    steps_run: int = 0  # optimiser steps
+    best_epoch: int = 0  # the epoch whose weights were kept (selected on validation)
+    best_step: int = 0
+    best_valid: float | None = None  # the selection metric's value there (None: not validated)
+    stopped_by: str | None = None  # what ended training: "max epochs", "max steps", "time budget", ...
+    curve: list = field(default_factory=list)  # per epoch: loss, seconds, validation metrics
+    resumed_from_epoch: int | None = None
+    settings: dict | None = None  # the trainer's settings (None: no gradient training)
+    precision: str | None = None  # "fp32" or "bf16" (None: no gradient training)
+    samples_per_s: float | None = None  # training examples per second of the batch loop
+
+
 class Recommender(ABC):
     """Base of all models, neural or not. A model without gradient training (POP) also defines
-    ``fit(train) -> dict``, its fit report (epochs run, best epoch, the validation curve, train seconds)."""
+    ``fit(train) -> FitReport``."""
 
     name: ClassVar[str]
     Config: ClassVar[type]
@@ -97,6 +136,27 @@ class Recommender(ABC):
     def hyperparameters(self) -> dict:
         return dataclasses.asdict(self.config)
 
+    def score_factors(self, users: torch.Tensor, histories: torch.Tensor) -> ScoreFactors | None:
+        """The factors of a product score matrix (module docstring), or None: the scores are no such product."""
+        return None
+
+    def attention_maps(self, users: torch.Tensor, histories: torch.Tensor) -> torch.Tensor | None:
+        """``(layers, heads, T, T)`` attention weights for the first user of the batch, or None: no attention."""
+        return None
+
+    def attention_items(self, histories: torch.Tensor) -> torch.Tensor:
+        """The item ids at the positions of :meth:`attention_maps` (a model may append a [MASK] position)."""
+        return histories
+
+    def training_report(self) -> dict:
+        """Facts about the training data this model built, recorded in its result rows (none by default)."""
+        return {}
+
+    def predict_proba(self, users: torch.Tensor, histories: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """Probabilities that each candidate is relevant; only a model trained for relevance gives them."""
+        raise TypeError(f"model {self.name!r} has no predict_proba: it is a ranker, so calibrate it on the "
+                        f"validation pairs first (benchmarks.relevance.calibrate)")
+
 
 def gather_candidates(all_scores: torch.Tensor, candidates: torch.Tensor | None) -> torch.Tensor:
     """Scores of ``candidates`` from a full ``(B, n_items + 1)`` score matrix (or all of it)."""
@@ -123,6 +183,10 @@ class NeuralRecommender(nn.Module, Recommender):
     def training_examples(self, train: Histories) -> dict[str, torch.Tensor]:
         """Row-aligned CPU tensors, one row per training example; the trainer moves them to the device once
         and slices shuffled row batches from them every epoch (in row order when :attr:`ordered_examples`)."""
+
+    def parameter_groups(self) -> list[dict]:
+        """Parameter groups for the optimiser, each may set its own options; by default one group of all."""
+        return [{"params": list(self.parameters())}]
 
     @property
     def ordered_examples(self) -> bool:

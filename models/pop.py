@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from recbench.datasets.sequences import Histories
-from recbench.models.base import Recommender, gather_candidates
+from recbench.models.base import FitReport, Recommender, gather_candidates
 
 
 @dataclass
@@ -24,12 +24,11 @@ class Pop(Recommender):
         super().__init__(n_users, n_items, config or PopConfig())
         self.counts = torch.zeros(n_items + 1)
 
-    def fit(self, train: Histories) -> dict:
+    def fit(self, train: Histories) -> FitReport:
         started = time.perf_counter()
         # Counts from training interactions only: validation and test items must not leak into the ranking.
         self.counts = torch.from_numpy(np.bincount(train.items, minlength=self.n_items + 1).astype(np.float32))
-        seconds = time.perf_counter() - started
-        return {"epochs_run": 0, "best_epoch": 0, "best_valid": None, "train_seconds": seconds, "curve": []}
+        return FitReport(train_seconds=time.perf_counter() - started)
 
     def score(self, users, histories, candidates):
         return gather_candidates(self.counts.to(users.device).expand(len(users), -1), candidates)

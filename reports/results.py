@@ -102,11 +102,12 @@ class ConfigChange:
 
 
 def _settings(raw: dict) -> dict:
-    """The settings a row was produced with, flat: hyper-parameters, trainer settings (without paths and
-    progress), profile and protocol."""
+    """The settings a row was produced with, flat: hyper-parameters, trainer settings, profile and protocol.
+    Rows of job-key version 1 also held how their training ran (checkpoint, progress, seed, compile), left out."""
     flat = dict(raw.get("hyperparameters") or {})
     train = raw.get("train_settings") or {}
-    flat.update({name: value for name, value in train.items() if name not in ("checkpoint", "progress")})
+    flat.update({name: value for name, value in train.items()
+                 if name not in ("checkpoint", "progress", "seed", "compile")})
     flat["profile"] = raw.get("profile")
     return flat
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from recbench.benchmarks.evaluator import RankCounts, per_user_metrics
+from recbench.benchmarks.metrics import RankCounts, per_user_metrics
 from recbench.reports.results import Row
 
 

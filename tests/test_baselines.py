@@ -15,7 +15,7 @@ import torch
 
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
-from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import PAD, Histories, LeaveOneOutSplit, SequenceData
 from recbench.models import model_class, model_names
 from recbench.models.base import show
@@ -54,8 +54,10 @@ def build(name: str, data: SequenceData, seed: int = 0, **changes):
     return cls(data.n_users, data.n_items, cls.Config(**{**SMALL[name][0], **changes}))
 
 
-def settings(name: str, **changes) -> TrainSettings:
-    return TrainSettings(**{**SMALL[name][1], "progress": False, "seed": 0, **changes})
+def trainer(name: str, checkpoint=None, **changes) -> Trainer:
+    """The shared trainer with ``name``'s small settings, seed 0, no progress bar."""
+    return Trainer(TrainSettings(**{**SMALL[name][1], **changes}), TrainRun(seed=0, checkpoint=checkpoint,
+                                                                            progress=False))
 
 
 def chain_data(n_users: int = 300, n_items: int = 200, length: int = 20, follow: float = 0.85,
@@ -92,7 +94,7 @@ def trained(chain):
     models = {}
     for name in BASELINES:
         model = build(name, chain.data)
-        Trainer(settings(name)).fit(model, chain.train(), None)
+        trainer(name).fit(model, chain.train(), None)
         model.eval()
         models[name] = model
     return models
@@ -254,7 +256,7 @@ def test_interrupted_training_resumes_to_the_same_weights(name, tmp_path):
     split = LeaveOneOutSplit(chain_data(n_users=40, n_items=60, length=10, seed=3, name="tiny"))
     quick = dict(max_epochs=4, batch_size=64)
     reference = build(name, split.data)
-    Trainer(settings(name, **quick)).fit(reference, split.train(), None)
+    trainer(name, **quick).fit(reference, split.train(), None)
 
     checkpoint = tmp_path / "run.pt"
     calls = {"n": 0}
@@ -267,10 +269,10 @@ def test_interrupted_training_resumes_to_the_same_weights(name, tmp_path):
 
     interrupted = build(name, split.data)
     with pytest.raises(KeyboardInterrupt):
-        Trainer(settings(name, checkpoint=str(checkpoint), **quick)).fit(interrupted, split.train(), crash_at_third_validation)
+        trainer(name, checkpoint=str(checkpoint), **quick).fit(interrupted, split.train(), crash_at_third_validation)
     resumed = build(name, split.data, seed=99)  # a different init: everything must come from the checkpoint
-    report = Trainer(settings(name, checkpoint=str(checkpoint), **quick)).fit(resumed, split.train(), None)
-    assert report["epochs_run"] == 4
+    report = trainer(name, checkpoint=str(checkpoint), **quick).fit(resumed, split.train(), None)
+    assert report.epochs_run == 4
     for (key, expected), actual in zip(reference.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(expected, actual), f"{name}: {key} differs after resuming"
 
@@ -281,8 +283,9 @@ def test_smoke_profile_resolves_and_trains(name, tmp_path):
     data = chain_data(n_users=60, n_items=80, length=12, seed=4, name="synthetic")
     split = LeaveOneOutSplit(data)
     model = model_class(name)(data.n_users, data.n_items, config.model)
-    report = Trainer(dataclasses.replace(config.train, max_epochs=1, progress=False)).fit(model, split.train(), None)
-    assert report["epochs_run"] == 1
+    report = Trainer(dataclasses.replace(config.train, max_epochs=1), TrainRun(progress=False)).fit(model, split.train(),
+                                                                                                  None)
+    assert report.epochs_run == 1
     for paper in ("ml-1m", "beauty"):
         resolve(name, paper, "paper")  # every dataset's paper profile is valid
 

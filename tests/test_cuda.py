@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.evaluator import Evaluator, chunk_users
-from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.benchmarks.evaluator import ORDER_BLOCK, Evaluator
+from recbench.benchmarks.evaluator_fast import chunk_users
+from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class, model_names
 from recbench.models.base import NeuralRecommender
@@ -109,11 +110,10 @@ def test_a_small_model_trains_on_cuda(compile, chain):
     torch.manual_seed(0)
     model = SASRecCE(chain.data.n_users, chain.n_items,
                      SASRecConfig(max_len=20, hidden=32, dropout=0.1, attention_dropout=0.1)).to(CUDA)
-    settings = TrainSettings(lr=5e-3, batch_size=64, max_epochs=8, progress=False, betas=(0.9, 0.98),
-                             compile=compile)
-    report = Trainer(settings).fit(model, chain.train(),
+    settings = TrainSettings(lr=5e-3, batch_size=64, max_epochs=8, betas=(0.9, 0.98))
+    report = Trainer(settings, TrainRun(progress=False, compile=compile)).fit(model, chain.train(),
                                    lambda current: evaluator.evaluate(current, "valid", "pop100").metrics)
-    assert report["epochs_run"] >= 1 and all(np.isfinite(row["loss"]) for row in report["curve"])
+    assert report.epochs_run >= 1 and all(np.isfinite(row["loss"]) for row in report.curve)
     ndcg = evaluator.evaluate(model, "test", "pop100").metrics["NDCG@10"]
     assert ndcg > pop_ndcg(chain, evaluator) + 0.3
 
@@ -148,13 +148,13 @@ class Regression(NeuralRecommender):
 
 def synchronisations(n_items: int, batch_size: int, epochs: int) -> int:
     model = Regression(1, n_items, _Shape()).to(CUDA)
-    settings = TrainSettings(batch_size=batch_size, max_epochs=epochs, progress=False, clip_norm=1.0)
+    settings = TrainSettings(batch_size=batch_size, max_epochs=epochs, clip_norm=1.0)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            Trainer(settings).fit(model, None, None)
+            Trainer(settings, TrainRun(progress=False)).fit(model, None, None)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     return sum("synchroniz" in str(w.message) for w in caught)
@@ -187,12 +187,13 @@ def test_evaluator_on_cuda_gives_the_cpu_counts(tmp_path):
                 OnDevice(table, CUDA), "test", protocol)
             assert np.array_equal(cpu.counts.greater, gpu.counts.greater), (protocol, batch_size)
             assert np.array_equal(cpu.counts.ties, gpu.counts.ties), (protocol, batch_size)
-    assert chunk_users(CUDA, 26745, 200) >= 256  # ML-20m's catalogue: more than the CPU's fixed chunks
+    assert chunk_users(CUDA, 26745, 200, ORDER_BLOCK) >= 256  # ML-20m's catalogue: more than the CPU's fixed chunks
 
 
 def test_a_cuda_checkpoint_resumes_on_the_cpu(chain, tmp_path):
     checkpoint = tmp_path / "run.pt"
-    settings = TrainSettings(lr=1e-2, batch_size=256, max_epochs=4, progress=False, checkpoint=str(checkpoint))
+    settings = TrainSettings(lr=1e-2, batch_size=256, max_epochs=4)
+    run = TrainRun(checkpoint=checkpoint, progress=False)
 
     calls = []
 
@@ -204,12 +205,12 @@ def test_a_cuda_checkpoint_resumes_on_the_cpu(chain, tmp_path):
 
     on_gpu = build("bprmf", chain).to(CUDA)
     with pytest.raises(KeyboardInterrupt):
-        Trainer(settings).fit(on_gpu, chain.train(), interrupted_at_epoch_3)
+        Trainer(settings, run).fit(on_gpu, chain.train(), interrupted_at_epoch_3)
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
     assert saved["state"]["epoch"] == 2 and saved["generator_device"] == "cuda"
 
     on_cpu = build("bprmf", chain, seed=1)
-    report = Trainer(settings).fit(on_cpu, chain.train(), lambda current: {"NDCG@10": 0.0})
-    assert report["epochs_run"] == 4 and [row["epoch"] for row in report["curve"]] == [1, 2, 3, 4]
-    assert report["best_epoch"] == 2  # epochs 3 and 4 on the CPU did not beat the CUDA run's best
+    report = Trainer(settings, run).fit(on_cpu, chain.train(), lambda current: {"NDCG@10": 0.0})
+    assert report.epochs_run == 4 and [row["epoch"] for row in report.curve] == [1, 2, 3, 4]
+    assert report.best_epoch == 2  # epochs 3 and 4 on the CPU did not beat the CUDA run's best
     assert torch.equal(on_cpu.item_factors.weight, saved["state"]["best_weights"]["item_factors.weight"])

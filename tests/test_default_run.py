@@ -33,14 +33,16 @@ ENV = {**os.environ, "MKL_CBWR": "AUTO"}
 SMALL_RUN = """
 import json, sys
 from recbench.benchmarks.jobs import Job
-from recbench.benchmarks.runner import run_jobs
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.options import RunOptions
 from recbench.datasets import generate
 from run_all import DEFAULT_MODELS
 output, users, overrides = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3:])
 data = generate(n_users=users, n_items=500, mean_length=30.0, seed=0, name="synthetic")
-rows = run_jobs([Job("synthetic", model, 0, overrides=overrides) for model in DEFAULT_MODELS],
-                protocols=("full",), profile="smoke", device="cpu", output=output, cache_dir=output + "-cache",
-                progress=False, log=lambda *a: None, preloaded={"synthetic": data}).rows
+options = RunOptions(output=output, protocols=("full",), profile="smoke", device="cpu", cache_dir=output + "-cache",
+                     progress=False)
+rows = run_jobs([Job("synthetic", model, 0, overrides=overrides) for model in DEFAULT_MODELS], options,
+                preloaded={"synthetic": data}, log=lambda *a: None).rows
 print(json.dumps({row["model"]: row["metrics"] for row in rows}))
 """
 

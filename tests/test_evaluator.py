@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from recbench.benchmarks.evaluator import Evaluator, ScoreError, per_user_metrics
+from recbench.benchmarks.evaluator import Evaluator, ScoreError
+from recbench.benchmarks.metrics import per_user_metrics
 from recbench.benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.base import Recommender, ScoreFactors, gather_candidates
@@ -374,16 +375,17 @@ def test_counts_and_candidates_do_not_depend_on_the_chunk_size(tmp_path):
 
 
 def test_chunks_fit_the_cpu_budget():
-    from recbench.benchmarks.evaluator import CPU_CHUNK_BYTES, ORDER_BLOCK, chunk_users
+    from recbench.benchmarks.evaluator import ORDER_BLOCK
+    from recbench.benchmarks.evaluator_fast import CPU_CHUNK_BYTES, chunk_users
 
     cpu = torch.device("cpu")
     for columns, history in ((3417, 200), (54543, 50), (101, 200), (26745, 200)):
-        users = chunk_users(cpu, columns, history)
+        users = chunk_users(cpu, columns, history, ORDER_BLOCK)
         assert users >= 1 and users * columns * 4 <= CPU_CHUNK_BYTES
         assert users < ORDER_BLOCK or users % ORDER_BLOCK == 0  # whole blocks of the candidate order
-        assert chunk_users(cpu, columns * 2, history) <= users  # more items, fewer users
-        assert chunk_users(cpu, columns, history * 2) <= users  # longer histories, fewer users
-    assert chunk_users(cpu, 10**9, 200) == 1  # one user always fits
+        assert chunk_users(cpu, columns * 2, history, ORDER_BLOCK) <= users  # more items, fewer users
+        assert chunk_users(cpu, columns, history * 2, ORDER_BLOCK) <= users  # longer histories, fewer users
+    assert chunk_users(cpu, 10**9, 200, ORDER_BLOCK) == 1  # one user always fits
 
 
 def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
@@ -461,7 +463,7 @@ def both_paths(model, split, which="test", users=None, tmp_path=None):
 
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_tiled_full_ranking_by_hand_ties_across_tiles_and_subnormal_differences(with_bias, monkeypatch):
-    import recbench.benchmarks.evaluator as evaluator
+    import recbench.benchmarks.evaluator_fast as evaluator
     monkeypatch.setattr(evaluator, "TILE_ITEMS", 4)  # 11 columns: tiles {0..3} {4..7} {8..11}, column 11 unused
     monkeypatch.setattr(evaluator, "TILE_USERS", 2)
     tiny = np.float32(2.0 ** -126)  # smallest normal float32; the next float up differs by a subnormal
@@ -494,7 +496,7 @@ def test_tiled_full_ranking_by_hand_ties_across_tiles_and_subnormal_differences(
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tiled_full_ranking_equals_the_masking_reference_with_many_ties(seed, monkeypatch):
-    import recbench.benchmarks.evaluator as evaluator
+    import recbench.benchmarks.evaluator_fast as evaluator
     monkeypatch.setattr(evaluator, "TILE_ITEMS", 8)
     monkeypatch.setattr(evaluator, "TILE_USERS", 3)
     data = repeat_data(n_users=60, n_items=45, seed=seed)  # repeats, targets consumed before
@@ -535,7 +537,7 @@ def test_tiled_full_ranking_leaves_non_finite_or_huge_scores_to_the_full_matrix(
     expected = both_paths(model, split)[1]
     if torch.set_flush_denormal(True):  # subnormals flushed: the sign test is not exact, the matrix path runs
         try:
-            from recbench.benchmarks.evaluator import denormals_kept
+            from recbench.benchmarks.evaluator_fast import denormals_kept
 
             assert not denormals_kept()
             assert np.array_equal(both_paths(model, split)[0].greater, expected.greater)

@@ -140,8 +140,8 @@ def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monk
     ("lr=true", "pop, bprmf: lr=true must be a number"),
     ("batch_size=64.0", "pop, bprmf: batch_size=64.0 must be an integer"),
     ("lr=-1", "pop, bprmf: lr=-1.0 must be > 0"),
-    ("foo:hidden=4", "--set 'foo:hidden=4': 'foo' is not a model"),
-    ("bprmf:layers=2", "--set 'bprmf:layers=2': no bprmf or trainer setting has a field 'layers'"),
+    ("foo:hidden=4", "--set 'foo:hidden=4': unknown model 'foo'; expected one of pop, bprmf, "),
+    ("bprmf:layers=2", "--set 'bprmf:layers=2': unknown field 'layers'; expected one of batch_size, betas, "),
     ("bprmf:hidden=-4", "bprmf: hidden=-4 must be >= 1"),
     ("gru4rec:loss=xyz", "gru4rec: loss='xyz' must be one of top1, bpr"),
     ("sasrec:heads=3", "sasrec: heads=3 must divide hidden=64"),
@@ -154,6 +154,36 @@ def test_bad_settings_fail_before_training_in_one_line(setting, message, tmp_pat
     assert err.strip() == f"error: {message}" or err.strip().startswith(f"error: {message}")
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "bprmf", "--set", "valid_metric=AUC"],
+     "synthetic/bprmf/seed0: valid_metric='AUC' is a relevance metric, but bprmf is selected on ranking the "
+     "validation targets (full); use HR@k, NDCG@k or MRR"),
+    (["--models", "bprmf", "--set", "valid_protocol=pop100", "--set", "valid_metric=HR@101"],
+     "synthetic/bprmf/seed0: valid_metric='HR@101' must have k below the 101 candidates of "
+     "valid_protocol='pop100' (at k = 101 every model scores 1)"),
+    (["--models", "bprmf", "--set", "max_steps=10", "--set", "warmup_steps=50"],
+     "bprmf: warmup_steps=50 must be at most max_steps=10 (else the learning rate never reaches lr)"),
+    (["--task", "relevance", "--models", "lstm-rel", "--set", "valid_metric=NDCG@10"],
+     "synthetic/lstm-rel/relevance/seed0: valid_metric='NDCG@10' cannot select lstm-rel, a model trained for "
+     "relevance, on the validation pairs; use one of accuracy, AUC"),
+])
+def test_rules_across_settings_fail_before_training_in_one_line(argv, message, tmp_path, capsys):
+    code, _, err = run(argv, tmp_path, capsys)
+    assert code == 2 and err.strip() == f"error: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_any_ranking_metric_can_select_the_checkpoint(tmp_path, capsys):
+    """NDCG@20 is not among the reported metrics; validation computes it, and it selects the best epoch."""
+    code, _, _ = run(["--models", "bprmf", "--set", "valid_metric=NDCG@20", "--set", "max_epochs=4",
+                      "--set", "valid_every=1"], tmp_path, capsys)
+    assert code == 0
+    (row, _) = read_results(tmp_path / "out" / "results.jsonl")
+    curve = [epoch["valid_NDCG@20"] for epoch in row["curve"]]
+    assert row["valid_metric"] == "NDCG@20 under full" and row["best_valid"] == max(curve)
+    assert row["best_epoch"] == curve.index(max(curve)) + 1 and len(curve) == 4
 
 
 def test_user_errors_are_one_or_two_lines_and_debug_shows_the_traceback(tmp_path, capsys):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from recbench.benchmarks.optim import AdamWeightDecay
-from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.bprmf import BPRMF, BPRMFConfig
 
@@ -94,14 +94,14 @@ def test_max_steps_stops_training_and_sets_the_decay_horizon():
     model = BPRMF(40, 60, BPRMFConfig(hidden=8))  # 40 users × 8 training items: 320 examples, 5 batches of 64
     calls = []
     model.loss = lambda batch, generator, loss=model.loss: calls.append(1) or loss(batch, generator)
-    trainer = Trainer(TrainSettings(lr=0.05, batch_size=64, max_epochs=50, max_steps=12, decay="polynomial",
-                                    progress=False))
+    trainer = Trainer(TrainSettings(lr=0.05, batch_size=64, max_epochs=50, max_steps=12, decay="polynomial"),
+                      TrainRun(progress=False))
     schedules = []
     original = trainer._schedule
     trainer._schedule = lambda optimizer, total: schedules.append(total) or original(optimizer, total)
     report = trainer.fit(model, toy_split().train(), None)
-    assert len(calls) == 12 and report["epochs_run"] == 3 and schedules == [12]
-    assert report["stopped_by"] == "max steps"
+    assert len(calls) == 12 and report.epochs_run == 3 and schedules == [12]
+    assert report.stopped_by == "max steps"
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from recbench.benchmarks.evaluator import per_user_metrics
+from recbench.benchmarks.metrics import per_user_metrics
 from recbench.reports import generate_report
 from recbench.reports.__main__ import main as cli
 from recbench.reports.published import load_published

@@ -4,9 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from recbench.benchmarks.evaluator import RankCounts, per_user_metrics
+from recbench.benchmarks.metrics import RankCounts, per_user_metrics
 from recbench.benchmarks.jobs import Job
-from recbench.benchmarks.runner import run_jobs
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.store import ResultStore, read_results
 from recbench.datasets.sequences import SequenceData
 
@@ -25,10 +26,13 @@ def chain_data():
     return SequenceData.from_sequences("chain", sequences, n_items=n_items)
 
 
+def options(tmp_path, **changes) -> RunOptions:
+    return RunOptions(output=tmp_path / "out", protocols=("full", "pop100"), profile="smoke", device="cpu",
+                      cache_dir=tmp_path / "cache", progress=False, **changes)
+
+
 def run(tmp_path, chain_data, jobs, **kwargs):
-    return run_jobs(jobs, protocols=("full", "pop100"), profile="smoke", device="cpu", output=tmp_path / "out",
-                    cache_dir=tmp_path / "cache", progress=False, log=lambda *a: None,
-                    preloaded={"chain": chain_data}, **kwargs).rows
+    return run_jobs(jobs, options(tmp_path, **kwargs), preloaded={"chain": chain_data}, log=lambda *a: None).rows
 
 
 def test_rows_follow_the_schema_and_per_user_counts_reproduce_metrics(tmp_path, chain_data):
@@ -53,9 +57,8 @@ def test_rows_follow_the_schema_and_per_user_counts_reproduce_metrics(tmp_path, 
 def test_resume_skips_finished_jobs(tmp_path, chain_data):
     run(tmp_path, chain_data, [Job("chain", "pop", 0)])
     log = []
-    rows = run_jobs([Job("chain", "pop", 0), Job("chain", "pop", 1)], protocols=("full", "pop100"),
-                    profile="smoke", device="cpu", output=tmp_path / "out", cache_dir=tmp_path / "cache",
-                    progress=False, log=log.append, preloaded={"chain": chain_data}, resume=True).rows
+    rows = run_jobs([Job("chain", "pop", 0), Job("chain", "pop", 1)], options(tmp_path, resume=True),
+                    preloaded={"chain": chain_data}, log=log.append).rows
     assert [r["seed"] for r in rows] == [1, 1]
     assert any("already in results.jsonl" in line for line in log)
     assert len(read_results(tmp_path / "out" / "results.jsonl")) == 4
@@ -91,5 +94,5 @@ def test_two_stores_on_one_folder_keep_each_others_rows(tmp_path):
 
 
 def test_unknown_model_in_job_is_explained(tmp_path, chain_data):
-    with pytest.raises(ValueError, match="unknown model 'nope'; valid models: pop"):
+    with pytest.raises(ValueError, match="unknown model 'nope'; expected one of pop, "):
         run(tmp_path, chain_data, [Job("chain", "nope", 0)])

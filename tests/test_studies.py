@@ -4,7 +4,8 @@ import json
 import pytest
 
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.runner import run_jobs
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.studies import ABLATIONS, ablation_jobs, build_jobs, cloze_jobs, parse_args, sensitivity_jobs, \
     study_table
 from recbench.models import model_class
@@ -73,9 +74,9 @@ def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
     jobs = ablation_jobs(["chain"], ["bert4rec"], variants=["default", "w/o PE"],
                          overrides=(*tiny, "dupe_factor=1"))
     jobs += sensitivity_jobs(["chain"], ["sasrec"], "hidden", values=[4], overrides=tiny)
-    rows = run_jobs(jobs, protocols=("pop100",), profile="smoke", device="cpu", output=tmp_path,
-                    cache_dir=str(tmp_path / "cache"), progress=False, log=lambda *_: None,
-                    preloaded={"chain": chain_data(n_users=60)}).rows
+    options = RunOptions(output=tmp_path, protocols=("pop100",), profile="smoke", device="cpu",
+                         cache_dir=str(tmp_path / "cache"), progress=False)
+    rows = run_jobs(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None).rows
     written = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == len(written) == 3
     assert [(r["study"], r["variant"], r["sweep"]) for r in written] == [

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from recbench.benchmarks.trainer import Trainer, TrainSettings, resolve_device
+from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings, resolve_device
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.bprmf import BPRMF, BPRMFConfig
 
@@ -19,10 +19,15 @@ def new_model(seed=0) -> BPRMF:
     return BPRMF(40, 60, BPRMFConfig(hidden=8))
 
 
-def settings(**changes) -> TrainSettings:
+RUN_FIELDS = ("seed", "checkpoint", "progress", "compile", "on_validation")
+
+
+def trainer(**changes) -> Trainer:
+    """A trainer with the test's small settings; ``changes`` may name trainer settings and TrainRun fields."""
     base = dict(lr=0.05, batch_size=64, max_epochs=6, patience=2, progress=False, seed=1)
     base.update(changes)
-    return TrainSettings(**base)
+    run = {name: base.pop(name) for name in RUN_FIELDS if name in base}
+    return Trainer(TrainSettings(**base), TrainRun(**run))
 
 
 def scripted_validator(values):
@@ -39,23 +44,23 @@ def scripted_validator(values):
 def test_early_stopping_keeps_the_best_weights():
     model = new_model()
     validate, snapshots = scripted_validator([0.1, 0.3, 0.2, 0.25, 0.9])
-    report = Trainer(settings()).fit(model, toy_split().train(), validate)
-    assert report["epochs_run"] == 4  # two validations without improvement after epoch 2
-    assert report["best_epoch"] == 2 and report["best_valid"] == pytest.approx(0.3)
+    report = trainer().fit(model, toy_split().train(), validate)
+    assert report.epochs_run == 4  # two validations without improvement after epoch 2
+    assert report.best_epoch == 2 and report.best_valid == pytest.approx(0.3)
     assert torch.equal(model.item_factors.weight, snapshots[1])
-    assert [row["epoch"] for row in report["curve"]] == [1, 2, 3, 4]
-    assert report["curve"][1]["valid_NDCG@10"] == pytest.approx(0.3)
-    assert report["stopped_by"] == "early stopping"
+    assert [row["epoch"] for row in report.curve] == [1, 2, 3, 4]
+    assert report.curve[1]["valid_NDCG@10"] == pytest.approx(0.3)
+    assert report.stopped_by == "early stopping"
 
 
 def test_same_seed_same_weights_on_cpu():
     split = toy_split()
     first, second = new_model(), new_model()
-    Trainer(settings(max_epochs=3)).fit(first, split.train(), None)
-    Trainer(settings(max_epochs=3)).fit(second, split.train(), None)
+    trainer(max_epochs=3).fit(first, split.train(), None)
+    trainer(max_epochs=3).fit(second, split.train(), None)
     assert torch.equal(first.item_factors.weight, second.item_factors.weight)
     third = new_model()
-    Trainer(settings(max_epochs=3, seed=2)).fit(third, split.train(), None)
+    trainer(max_epochs=3, seed=2).fit(third, split.train(), None)
     assert not torch.equal(first.item_factors.weight, third.item_factors.weight)
 
 
@@ -63,7 +68,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     split = toy_split()
     values = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
     reference = new_model()
-    Trainer(settings()).fit(reference, split.train(), scripted_validator(values)[0])
+    trainer().fit(reference, split.train(), scripted_validator(values)[0])
 
     checkpoint = tmp_path / "run.pt"
     calls = {"n": 0}
@@ -76,31 +81,30 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
 
     interrupted = new_model()
     with pytest.raises(KeyboardInterrupt):
-        Trainer(settings(checkpoint=str(checkpoint))).fit(interrupted, split.train(), crash_at_epoch_4)
+        trainer(checkpoint=str(checkpoint)).fit(interrupted, split.train(), crash_at_epoch_4)
     assert checkpoint.exists()
 
     resumed = new_model(seed=123)  # different init: everything must come from the checkpoint
-    report = Trainer(settings(checkpoint=str(checkpoint))).fit(resumed, split.train(), scripted_validator(values[3:])[0])
-    assert report["epochs_run"] == 6
+    report = trainer(checkpoint=str(checkpoint)).fit(resumed, split.train(), scripted_validator(values[3:])[0])
+    assert report.epochs_run == 6
     assert torch.equal(resumed.item_factors.weight, reference.item_factors.weight)
 
     # A finished checkpoint just restores the best weights: no more training.
     again = new_model(seed=5)
-    report = Trainer(settings(checkpoint=str(checkpoint))).fit(again, split.train(), None)
-    assert report["epochs_run"] == 6
+    report = trainer(checkpoint=str(checkpoint)).fit(again, split.train(), None)
+    assert report.epochs_run == 6
     assert torch.equal(again.item_factors.weight, reference.item_factors.weight)
 
 
 def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys):
     model = new_model()
-    budgeted = settings(max_epochs=10_000, time_budget_s=0.5, progress=True)
-    report = Trainer(budgeted).fit(model, toy_split().train(), None)
-    assert report["epochs_run"] < 10_000
-    assert report["train_seconds"] < 5
-    assert report["stopped_by"] == "time budget"
+    report = trainer(max_epochs=10_000, time_budget_s=0.5, progress=True).fit(model, toy_split().train(), None)
+    assert report.epochs_run < 10_000
+    assert report.train_seconds < 5
+    assert report.stopped_by == "time budget"
     assert "bprmf: stopped by the 0.5 s time budget" in capsys.readouterr().err.splitlines()[-1]
-    report = Trainer(settings(max_epochs=2, progress=True)).fit(new_model(), toy_split().train(), None)
-    assert report["stopped_by"] == "max epochs" and "time budget" not in capsys.readouterr().err
+    report = trainer(max_epochs=2, progress=True).fit(new_model(), toy_split().train(), None)
+    assert report.stopped_by == "max epochs" and "time budget" not in capsys.readouterr().err
 
 
 def test_bad_settings_and_devices_are_explained():
@@ -122,7 +126,7 @@ def test_diverging_loss_is_reported():
     with torch.no_grad():
         model.user_factors.weight[0] = float("nan")
     with pytest.raises(FloatingPointError, match="lower the learning rate"):
-        Trainer(settings()).fit(model, toy_split().train(), None)
+        trainer().fit(model, toy_split().train(), None)
 
 
 class DivergesAt(BPRMF):
@@ -145,14 +149,14 @@ def test_divergence_between_two_checks_names_its_batch_and_is_never_saved(monkey
     split = toy_split()  # 40 users × 8 training items = 320 examples: 5 batches of 64 per epoch
     checkpoint = tmp_path / "run.pt"
     with pytest.raises(FloatingPointError, match=r"nan at epoch 2, batch 1; lower the learning rate \(now 0.05\)"):
-        Trainer(settings(checkpoint=str(checkpoint))).fit(DivergesAt(6), split.train(), None)
+        trainer(checkpoint=str(checkpoint)).fit(DivergesAt(6), split.train(), None)
     saved = torch.load(checkpoint, weights_only=False)  # written after epoch 1, before the NaN
     assert saved["state"]["epoch"] == 1 and all(torch.isfinite(v).all() for v in saved["model"].values())
     with pytest.raises(FloatingPointError, match="at epoch 1, batch 2;"):  # found by the check after batch 3
-        Trainer(settings()).fit(DivergesAt(2), split.train(), None)
+        trainer().fit(DivergesAt(2), split.train(), None)
     monkeypatch.setattr(trainer_module, "FINITE_CHECK_STEPS", 50)
     with pytest.raises(FloatingPointError, match="at epoch 1, batch 4;"):  # found at the epoch's end
-        Trainer(settings()).fit(DivergesAt(4), split.train(), None)
+        trainer().fit(DivergesAt(4), split.train(), None)
 
 
 def test_compile_runs_the_loss_through_torch_compile(monkeypatch):
@@ -165,9 +169,9 @@ def test_compile_runs_the_loss_through_torch_compile(monkeypatch):
     monkeypatch.setattr(torch, "compile", recording_compile)
     split = toy_split()
     eager, through_compile = new_model(), new_model()
-    Trainer(settings(max_epochs=2)).fit(eager, split.train(), None)
+    trainer(max_epochs=2).fit(eager, split.train(), None)
     assert compiled == []
-    Trainer(settings(max_epochs=2, compile=True)).fit(through_compile, split.train(), None)
+    trainer(max_epochs=2, compile=True).fit(through_compile, split.train(), None)
     assert compiled == [through_compile.loss]
     assert torch.equal(eager.item_factors.weight, through_compile.item_factors.weight)
 
@@ -182,7 +186,7 @@ def test_compiled_training_matches_eager_on_cpu():
     for compile in (False, True):
         torch.manual_seed(0)
         model = SASRecCE(40, 60, SASRecConfig(max_len=10, hidden=16, dropout=0.0, attention_dropout=0.0))
-        report = Trainer(settings(max_epochs=2, compile=compile)).fit(model, split.train(), None)
-        weights.append((model.item_embedding.detach().clone(), report["curve"][-1]["loss"]))
+        report = trainer(max_epochs=2, compile=compile).fit(model, split.train(), None)
+        weights.append((model.item_embedding.detach().clone(), report.curve[-1]["loss"]))
     assert torch.allclose(weights[0][0], weights[1][0], atol=1e-4)
     assert weights[0][1] == pytest.approx(weights[1][1], rel=1e-4)

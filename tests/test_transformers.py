@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from recbench.benchmarks.evaluator import Evaluator
-from recbench.benchmarks.trainer import Trainer, TrainSettings
+from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 import recbench.models.transformer_fast as transformer_fast
 from recbench.models import model_class
@@ -458,7 +458,7 @@ def chain():
 
 def fit_and_score(model, chain, settings) -> float:
     data, split, evaluator, _ = chain
-    Trainer(settings).fit(model, split.train(), None)
+    Trainer(settings, TrainRun(progress=False)).fit(model, split.train(), None)
     return evaluator.evaluate(model, "test", "pop100").metrics["NDCG@10"]
 
 
@@ -467,8 +467,7 @@ def test_sasrec_learns_the_chain_far_better_than_pop(cls, chain):
     data = chain[0]
     torch.manual_seed(0)
     model = cls(data.n_users, data.n_items, SASRecConfig(max_len=20, hidden=32, dropout=0.1, attention_dropout=0.1))
-    ndcg = fit_and_score(model, chain, TrainSettings(lr=5e-3, batch_size=64, max_epochs=8, progress=False,
-                                                     betas=(0.9, 0.98)))
+    ndcg = fit_and_score(model, chain, TrainSettings(lr=5e-3, batch_size=64, max_epochs=8, betas=(0.9, 0.98)))
     assert ndcg > chain[3] + 0.3, (cls.name, ndcg, chain[3])
 
 

@@ -35,9 +35,9 @@ import torch
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import describe_device, git_commit
-from recbench.benchmarks.runner import validation_users
 from recbench.benchmarks.store import write_json
-from recbench.benchmarks.trainer import Trainer
+from recbench.benchmarks.trainer import Trainer, TrainRun
+from recbench.benchmarks.worker import validation_users
 from recbench.datasets import load_dataset, resolve_cache_dir
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models import model_class, transformer_fast
@@ -95,7 +95,7 @@ class Runs:
     def config(self, overrides: list[str], seed: int):
         config = resolve(self.args.model, self.data.name, "paper",
                          [*overrides, f"max_epochs={self.args.epochs}", f"patience={self.args.patience}"])
-        return config.model, dataclasses.replace(config.train, seed=seed, progress=False, time_budget_s=None)
+        return config.model, dataclasses.replace(config.train, time_budget_s=None)
 
     def build(self, model_config, seed: int, pretrain_epochs: int, evaluator: Evaluator, settings):
         torch.manual_seed(seed)
@@ -107,7 +107,7 @@ class Runs:
             torch.manual_seed(seed)
             towers[tower] = cls(self.data.n_users, self.data.n_items,
                                 dataclasses.replace(model_config, towers=tower))
-            Trainer(dataclasses.replace(settings, max_epochs=pretrain_epochs, optimizer="adam")).fit(
+            Trainer(dataclasses.replace(settings, max_epochs=pretrain_epochs, optimizer="adam"), self.train_run).fit(
                 towers[tower], self.split.train(), None)
         return cls.from_towers(towers["gmf"], towers["mlp"], alpha=0.5)
 
@@ -121,17 +121,17 @@ class Runs:
     def run(self, model_config, settings, train: Histories, validate, evaluator, pretrain_epochs: int,
             score_max_len: int = 0) -> dict:
         started = time.perf_counter()
-        model = self.build(model_config, settings.seed, pretrain_epochs, evaluator, settings)
-        fit = Trainer(settings).fit(model, train, validate)
+        model = self.build(model_config, self.train_run.seed, pretrain_epochs, evaluator, settings)
+        fit = Trainer(settings, self.train_run).fit(model, train, validate)
         metrics = self.test(model, evaluator)
         longer = {}
         if score_max_len:
             model.config = dataclasses.replace(model.config, max_len=score_max_len)
             longer = {f"metrics_reading_{score_max_len}_items": self.test(model, evaluator)}
         curve = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in record.items()
-                  if k in ("epoch", "loss", f"valid_{settings.valid_metric}")} for record in fit["curve"]]
-        return {"epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
-                "train_seconds": round(fit["train_seconds"], 1), "seconds": round(time.perf_counter() - started, 1),
+                  if k in ("epoch", "loss", f"valid_{settings.valid_metric}")} for record in fit.curve]
+        return {"epochs_run": fit.epochs_run, "best_epoch": fit.best_epoch,
+                "train_seconds": round(fit.train_seconds, 1), "seconds": round(time.perf_counter() - started, 1),
                 "metrics": metrics, **longer, "curve": curve}
 
     def variant(self, overrides: list[str], seed: int) -> dict:
@@ -140,8 +140,9 @@ class Runs:
         overrides = [o for o in overrides if o.partition("=")[0] not in PSEUDO_FIELDS]
         pretrain_epochs = pseudo.get(PRETRAIN, 0)
         model_config, settings = self.config(overrides, seed)
+        self.train_run = TrainRun(seed=seed, progress=False)
         evaluator = Evaluator(self.split, seed=seed, cache_dir=self.negatives_dir)
-        valid_users = validation_users(settings, self.data.n_users, seed)
+        valid_users = validation_users(settings.valid_users, self.data.n_users, seed)
 
         def validate(model):
             return evaluator.evaluate(model, "valid", settings.valid_protocol, self.args.model, valid_users).metrics
@@ -150,8 +151,7 @@ class Runs:
                  if pseudo.get(FLOAT32_DROPOUT) else contextlib.nullcontext())
         row = {"seed": seed, "load_before": load_average(),
                "hyperparameters": dataclasses.asdict(model_config),
-               "train_settings": {k: v for k, v in dataclasses.asdict(settings).items()
-                                  if k not in ("progress", "checkpoint")}}
+               "train_settings": dataclasses.asdict(settings)}
         with masks:
             row["protocol_run"] = self.run(model_config, settings, self.split.train(), validate, evaluator,
                                            pretrain_epochs, pseudo.get(SCORE_MAX_LEN, 0))

@@ -205,15 +205,17 @@ def train_overrides(args, dataset: str) -> tuple[str, ...]:
 
 def _train_child(out: str, dataset: str, seed: int, overrides: tuple, args_device: str, data_dir, cache_dir,
                  progress: bool, threads: int | None) -> None:
+    from recbench.benchmarks.grid import run_jobs
     from recbench.benchmarks.jobs import Job
-    from recbench.benchmarks.runner import run_jobs
+    from recbench.benchmarks.options import RunOptions
 
     if threads:
         torch.set_num_threads(threads)
     try:
-        run_jobs([Job(dataset, "bert4rec", seed, overrides=overrides)], protocols=("full", "pop100"),
-                 profile="paper", device=args_device, data_dir=data_dir, cache_dir=cache_dir, output=Path(out),
-                 resume=True, progress=progress, log=lambda message: print(message, flush=True))
+        options = RunOptions(output=Path(out), protocols=("full", "pop100"), profile="paper", device=args_device,
+                             data_dir=data_dir, cache_dir=cache_dir, resume=True, progress=progress)
+        run_jobs([Job(dataset, "bert4rec", seed, overrides=overrides)], options,
+                 log=lambda message: print(message, flush=True))
     except KeyboardInterrupt:
         print(f"bert4rec: {dataset} interrupted", flush=True)
 

@@ -31,7 +31,7 @@ from recbench.benchmarks.evaluator import Evaluator, evaluation_mode, history_ba
 from recbench.benchmarks.experiments.baseline_gaps import load_average, parse_variant
 from recbench.benchmarks.provenance import describe_device, git_commit
 from recbench.benchmarks.store import write_json
-from recbench.benchmarks.trainer import Trainer
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets import load_dataset, resolve_cache_dir
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         overrides = [o for o in overrides if not o.startswith("model=")]
         config = resolve(model_name, data.name, "paper",
                          [*overrides, f"max_epochs={args.epochs}", f"patience={args.epochs + 1}"])
-        settings = dataclasses.replace(config.train, seed=args.seed, progress=False, time_budget_s=None)
+        settings = dataclasses.replace(config.train, time_budget_s=None)
         torch.manual_seed(args.seed)
         model = model_class(model_name)(data.n_users, data.n_items, config.model)
 
@@ -98,10 +98,10 @@ def main(argv=None) -> int:
 
         started = time.perf_counter()
         load_before = load_average()
-        fit = Trainer(settings).fit(model, train, validate)
+        fit = Trainer(settings, TrainRun(seed=args.seed, progress=False)).fit(model, train, validate)
         curve = [{"epoch": r["epoch"], "loss": round(r["loss"], 4),
                   **{k[len("valid_"):]: (round(v, 4) if isinstance(v, float) else v)
-                     for k, v in r.items() if k.startswith("valid_")}} for r in fit["curve"]]
+                     for k, v in r.items() if k.startswith("valid_")}} for r in fit.curve]
         summary["variants"].append({"name": name, "model": model_name, "set": overrides,
                                     "hyperparameters": dataclasses.asdict(config.model),
                                     "optimizer": settings.optimizer, "lr": settings.lr,

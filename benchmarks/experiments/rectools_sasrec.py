@@ -34,7 +34,7 @@ import torch
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.experiments.speed_transformers import load_average, subset
 from recbench.benchmarks.provenance import git_commit
-from recbench.benchmarks.trainer import Trainer
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class
 
@@ -47,13 +47,14 @@ def ours_per_step(train, data, heads: int, steps: int, seed: int) -> float:
                  f"dropout={DROPOUT}", f"attention_dropout={DROPOUT}", f"batch_size={BATCH}", f"lr={LR}",
                  "max_epochs=1", "warmup_steps=0")
     config = resolve("sasrec", "ml-1m", "paper", overrides)
-    settings = dataclasses.replace(config.train, progress=False, seed=seed)
+    settings, run = config.train, TrainRun(seed=seed, progress=False)
     torch.manual_seed(seed)
     model = model_class("sasrec")(data.n_users, data.n_items, config.model)
     rng = np.random.default_rng(seed)
-    Trainer(settings).fit(model, subset(train, rng.choice(len(train), BATCH, replace=False)), None)  # warm-up
-    report = Trainer(settings).fit(model, subset(train, rng.choice(len(train), steps * BATCH, replace=False)), None)
-    return report["train_seconds"] / steps
+    Trainer(settings, run).fit(model, subset(train, rng.choice(len(train), BATCH, replace=False)), None)  # warm-up
+    report = Trainer(settings, run).fit(model, subset(train, rng.choice(len(train), steps * BATCH, replace=False)),
+                                        None)
+    return report.train_seconds / steps
 
 
 def rectools_per_step(interactions, heads: int, steps: int, seed: int) -> float:

@@ -3,7 +3,7 @@ Caser and LSTM (plus SASRec and SASRec-CE when registered), paper profile, teste
 
     python -m benchmarks.experiments.reference_baselines --datasets ml-1m --budget-min 5 --data-dir ../shared/data
 
-Every model trains through :func:`benchmarks.runner.run_jobs` (one job at a time) with its paper profile and a
+Every model trains through :func:`benchmarks.grid.run_jobs` (one job at a time) with its paper profile and a
 wall-clock cap of ``--budget-min`` minutes (validation included); early stopping may end it sooner. The runner's
 own folder (``results/reference-runs/<dataset>/``: results.jsonl, per-user counts, checkpoints; not in git) lets
 an interrupted run continue with ``--resume``, and a later call with ``--models`` reruns just those models. The
@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from recbench.benchmarks.jobs import Job
-from recbench.benchmarks.runner import run_jobs
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.store import read_results, write_json
 from recbench.models import model_names
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
@@ -133,8 +134,9 @@ def main(argv=None) -> int:
     for dataset in args.datasets:
         jobs = [Job(dataset, model, args.seed, overrides=(f"time_budget_s={budget_s}",)) for model in args.models]
         runs = Path(args.runs_dir) / dataset
-        run_jobs(jobs, protocols=args.protocols, profile="paper", device=args.device, data_dir=args.data_dir,
-                 cache_dir=args.cache_dir, output=runs, resume=args.resume, progress=not args.quiet)
+        run_jobs(jobs, RunOptions(output=runs, protocols=args.protocols, profile="paper", device=args.device,
+                                  data_dir=args.data_dir, cache_dir=args.cache_dir, resume=args.resume,
+                                  progress=not args.quiet))
         # Every model run so far for this dataset (a later call with --models reruns only those), in table order;
         # of a model run with several settings (several keys), the newest row, which is last in the file.
         order = {name: rank for rank, name in enumerate((*BASELINES, *OPTIONAL))}

@@ -27,9 +27,9 @@ import torch
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import ROOT, describe_device, git_commit
-from recbench.benchmarks.runner import validation_users
 from recbench.benchmarks.store import write_json
-from recbench.benchmarks.trainer import Trainer
+from recbench.benchmarks.trainer import Trainer, TrainRun
+from recbench.benchmarks.worker import validation_users
 from recbench.datasets import load_dataset, resolve_cache_dir
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models import model_class
@@ -51,12 +51,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def train_and_test(name, data, config, train: Histories, settings, validate, evaluator: Evaluator,
                    protocols) -> dict:
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(evaluator.seed)
     model = model_class(name)(data.n_users, data.n_items, config)
-    fit = Trainer(settings).fit(model, train, validate)
+    fit = Trainer(settings, TrainRun(seed=evaluator.seed)).fit(model, train, validate)
     metrics = {protocol: evaluator.evaluate(model, "test", protocol, name).metrics for protocol in protocols}
-    return {"epochs_run": fit["epochs_run"], "best_epoch": fit["best_epoch"],
-            "train_seconds": round(fit["train_seconds"], 1), "metrics": metrics}
+    return {"epochs_run": fit.epochs_run, "best_epoch": fit.best_epoch,
+            "train_seconds": round(fit.train_seconds, 1), "metrics": metrics}
 
 
 def main(argv=None) -> int:
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
     rows = []
     for name in args.models:
         config = resolve(name, data.name, "paper", args.overrides)
-        settings = dataclasses.replace(config.train, seed=args.seed)
-        valid_users = validation_users(settings, data.n_users, args.seed)  # as the runner selects
+        settings = config.train
+        valid_users = validation_users(settings.valid_users, data.n_users, args.seed)  # as the worker selects
 
         def validate(model):
             return evaluator.evaluate(model, "valid", settings.valid_protocol, name, valid_users).metrics
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     write_json(path, {"command": "python -m benchmarks.experiments.refit_gap " + " ".join(sys.argv[1:]),
                       "dataset": args.dataset, "dataset_sha256": data.content_sha256(), "seed": args.seed,
                       "device": describe_device(torch.device("cpu")), "commit": git_commit(),
-                      "note": "refit_on_s[:-1] trains on the validation item: outside protocol.md, evidence only",
+                      "note": "refit_on_s[:-1] trains on the validation item: outside PROTOCOL.md, evidence only",
                       "rows": rows})
     print(f"written: {path}")
     return 0

@@ -33,7 +33,7 @@ import torch
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import PeakMemory, describe_device
-from recbench.benchmarks.trainer import Trainer
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 from recbench.models import model_class
 
@@ -92,7 +92,7 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     scale = all_users / data.n_users  # measured users -> all users
     overrides = (*SHAPE, *SPEED_ONLY.get(model_name, ()), "max_epochs=1", "warmup_steps=0")
     config = resolve(model_name, config_dataset or dataset, "paper", overrides)
-    settings = dataclasses.replace(config.train, progress=False, seed=seed)
+    settings, run = config.train, TrainRun(seed=seed, progress=False)
     split = LeaveOneOutSplit(data)
     train = split.train()
     memory = PeakMemory(device)
@@ -101,13 +101,13 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     model = model_class(model_name)(data.n_users, data.n_items, config.model).to(device)
     rng = np.random.default_rng(seed)
     warm = subset(train, rng.choice(len(train), min(len(train), settings.batch_size), replace=False))
-    Trainer(settings).fit(model, warm, None)  # one batch: allocator and kernel warm-up
+    Trainer(settings, run).fit(model, warm, None)  # one batch: allocator and kernel warm-up
     chosen = rng.choice(len(train), min(len(train), batches * settings.batch_size), replace=False)
     timed = subset(train, chosen)
     rows = len(next(iter(model.training_examples(timed).values())))
     cpu = time.process_time()
-    report = Trainer(settings).fit(model, timed, None)
-    cpu, seconds = time.process_time() - cpu, report["train_seconds"]
+    report = Trainer(settings, run).fit(model, timed, None)
+    cpu, seconds = time.process_time() - cpu, report.train_seconds
     all_rows = len(next(iter(model.training_examples(train).values())))
     evaluator = Evaluator(split, seed=seed)
     evaluator.view("test")  # the split's test view is data preparation, not evaluation

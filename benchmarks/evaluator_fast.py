@@ -1,0 +1,160 @@
+"""The evaluator's engineering, apart from its protocol (``benchmarks/evaluator.py``): how many users one
+``score`` call gets, how score rows are counted on the CPU while they are in the cache, and the tiled full
+ranking of a product-score model on the CPU. Each gives exactly the counts of the protocol's plain reading
+(``tests/test_evaluator.py`` holds them equal on hand-made ties, subnormal differences and real ML-1m users).
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# Memory one scoring chunk may take: scores, comparison masks and the model's activations (``chunk_users``).
+CPU_CHUNK_BYTES = 128 * 2**20
+CUDA_FREE_SHARE = 0.5  # of the CUDA device's free memory
+# Per user, besides its row of scores, a model's activations are taken as at most this many floats per pair of
+# history positions and per position: an attention model holds a T × T mask and weights per head (BERT4Rec and
+# SASRec at T = 200, h = 2 measured 4.3 T² floats per user in all), a recurrent one a few states per position.
+ACTIVATION_FLOATS_PER_POSITION_PAIR = 8
+ACTIVATION_FLOATS_PER_POSITION = 512
+# On the CPU, score rows are compared a slice at a time so that each slice is read from the cache, not memory.
+CPU_SLICE_BYTES = 2**18
+# Full ranking of a product-score model on the CPU: items per tile (a tile of TILE_USERS × TILE_ITEMS float32
+# scores, 1 MiB, stays in a core's cache while it is counted) and users per product.
+TILE_ITEMS = 1024
+TILE_USERS = 256
+# Scores bounded below this in magnitude are finite, and so is their difference with the target's.
+FINITE_SCORE_BOUND = 2.0 ** 126
+
+
+def chunk_users(device: torch.device, n_columns: int, history_length: int, align: int) -> int:
+    """How many users one ``score`` call gets: as many as fit the memory budget (CPU: ``CPU_CHUNK_BYTES``;
+    CUDA: ``CUDA_FREE_SHARE`` of the free device memory), at least one, a multiple of ``align`` when more than
+    ``align`` fit. A user costs its ``n_columns`` float32 scores with two bytes of comparison masks each, and
+    the model's activations for ``history_length`` positions (see ``ACTIVATION_FLOATS_PER_POSITION_PAIR``)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        # Blocks torch's caching allocator holds but does not use are free to it, though not to the driver.
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        budget = CUDA_FREE_SHARE * free
+    else:
+        budget = CPU_CHUNK_BYTES
+    T = max(history_length, 1)
+    per_user = 6 * n_columns + 4 * (ACTIVATION_FLOATS_PER_POSITION_PAIR * T * T + ACTIVATION_FLOATS_PER_POSITION * T)
+    users = max(1, int(budget // per_user))
+    # Whole blocks of the sampled protocols' candidate order, each drawn once; on the CPU this also keeps Beauty's
+    # and Steam's chunks as they were (a network's scores can change in the last bit with its batch's width).
+    return users - users % align if users >= align else users
+
+
+def count_rows_on_cpu(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """:func:`benchmarks.evaluator.compare_rows` on the CPU: the rows are compared a slice of
+    ``CPU_SLICE_BYTES`` at a time, while the slice is in the cache, and counted by numpy (torch's row count of a
+    bool matrix is five times slower there: its uint8 → int32 sum is not vectorised; comparing a whole chunk at
+    once reads it from memory twice more)."""
+    B, C = scores.shape
+    above, equal = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
+    rows = max(1, CPU_SLICE_BYTES // (4 * max(C, 1)))
+    mask = np.empty((min(rows, B), C), dtype=bool)
+    highest = -np.inf
+    for start in range(0, B, rows):
+        part = scores[start:start + rows].float().numpy()
+        threshold, hits = reference[start:start + rows].numpy(), mask[:len(part)]
+        highest = np.maximum(highest, part.max(initial=-np.inf))  # NaN propagates
+        above[start:start + rows] = np.count_nonzero(np.greater(part, threshold, out=hits), axis=1)
+        equal[start:start + rows] = np.count_nonzero(np.equal(part, threshold, out=hits), axis=1)
+    return torch.from_numpy(above), torch.from_numpy(equal), float(highest)
+
+
+def denormals_kept() -> bool:
+    """Whether float32 arithmetic keeps subnormal numbers (``torch.set_flush_denormal(True)`` flushes them)."""
+    return bool(torch.tensor(2.0 ** -126) / 2 != 0)
+
+
+class TiledRanking:
+    """Full-ranking (greater, ties) of a product-score model, s(u, i) = q_u · e_i + b_i, without its
+    (users, n_items + 1) score matrix.
+
+    The users are grouped by the tile of ``TILE_ITEMS`` items their target falls in, and ``TILE_USERS`` of a
+    group at a time are scored against one tile after another, their target's tile first: the target's score
+    comes from the same product as the scores it is compared with, and each tile is counted while it is in the
+    cache (the parts run on ``torch.get_num_threads()`` threads, one thread each). A tile is counted with
+    d = sign(s − s_target): for finite float32 scores the difference is 0 exactly when they are equal and has the
+    sign of their order otherwise (IEEE subtraction keeps subnormals), so Σ d and Σ |d| give the counts above and
+    equal. Excluded columns (padding, the user's history except the target, the last tile's columns past
+    n_items) are set to −inf, below every finite target score.
+    """
+
+    def __init__(self, queries: torch.Tensor, items: torch.Tensor, bias: torch.Tensor | None, n_slots: int):
+        self.queries = queries.float()
+        self.n_slots = n_slots
+        self.n_tiles = -(-n_slots // TILE_ITEMS)
+        width = self.n_tiles * TILE_ITEMS  # every tile TILE_ITEMS wide: one shape of product
+        self.items = torch.zeros(width, items.shape[1])
+        self.items[1:n_slots] = items[1:n_slots].float()
+        self.bias = None if bias is None else F.pad(bias[:n_slots].float(), (0, width - n_slots))
+
+    def exact(self) -> bool:
+        """Whether the sign test is exact here: every score finite (|q · e + b| ≤ ‖q‖ ‖e‖ + |b|) and
+        subnormals kept. Else the caller ranks through the full score matrix."""
+        largest = (self.queries.norm(dim=1).max() * self.items.norm(dim=1).max()
+                   + (0 if self.bias is None else self.bias.abs().max()))
+        return float(largest) < FINITE_SCORE_BOUND and denormals_kept()
+
+    def counts(self, view, rows: np.ndarray, bar) -> tuple[np.ndarray, np.ndarray]:
+        """(greater, ties) of ``rows`` of ``view`` (the rows of ``self.queries``, in order); ``bar`` counts users."""
+        targets = torch.from_numpy(view.targets[rows])
+        target_tile = targets // TILE_ITEMS
+        order = torch.argsort(target_tile, stable=True)
+        group_ends = torch.bincount(target_tile, minlength=self.n_tiles).cumsum(0).tolist()
+        parts = [(tile, order[start:min(start + TILE_USERS, end)])
+                 for tile, (begin, end) in enumerate(zip([0, *group_ends], group_ends))
+                 for start in range(begin, end, TILE_USERS)]
+        sums = torch.zeros(2, len(rows), dtype=torch.float64)  # per user: Σ d and Σ |d| over every tile
+        # One part per thread, each single-threaded: splitting every small tile operation between threads makes
+        # them wait for each other thousands of times, which costs seconds once another process takes a core.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                results = pool.map(lambda job: self._rank_part(view, rows, targets, *job), parts)
+                for (_, part), part_sums in zip(parts, results):
+                    sums[:, part] = part_sums
+                    bar.update(len(part))
+        finally:
+            torch.set_num_threads(threads)
+        signs, magnitudes = sums
+        greater = ((signs + magnitudes) / 2).long().numpy()
+        ties = (self.n_tiles * TILE_ITEMS - magnitudes).long().numpy() - 1  # the target equals itself
+        return greater, ties
+
+    def _rank_part(self, view, rows: np.ndarray, targets: torch.Tensor, first_tile: int,
+                   part: torch.Tensor) -> torch.Tensor:
+        """Σ d and Σ |d| of the users ``part`` (positions in ``rows``), whose targets lie in ``first_tile``."""
+        q, target = self.queries[part], targets[part]
+        history_rows, history_items = view.flat(rows[part.numpy()])
+        kept = history_items != target.numpy()[history_rows]
+        excluded_items, by_item = torch.from_numpy(history_items[kept]).sort(stable=True)
+        excluded_rows = torch.from_numpy(history_rows[kept])[by_item]
+        tile_starts = torch.arange(self.n_tiles + 1) * TILE_ITEMS
+        excluded_bounds = torch.searchsorted(excluded_items, tile_starts).tolist()
+        scores, reference = torch.empty(len(part), TILE_ITEMS), None
+        part_sums = torch.zeros(2, len(part), dtype=torch.float64)
+        for tile in [first_tile, *(t for t in range(self.n_tiles) if t != first_tile)]:
+            lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
+            torch.matmul(q, self.items[lo:hi].T, out=scores)
+            if self.bias is not None:
+                scores.add_(self.bias[lo:hi])
+            if reference is None:
+                reference = scores.gather(1, (target - lo)[:, None])
+            cut = slice(excluded_bounds[tile], excluded_bounds[tile + 1])
+            scores[excluded_rows[cut], excluded_items[cut] - lo] = -math.inf
+            scores[:, max(0, self.n_slots - lo):] = -math.inf  # past n_items (last tile only)
+            if tile == 0:
+                scores[:, 0] = -math.inf  # padding
+            part_sums[0] += scores.sub_(reference).sign_().sum(1)
+            part_sums[1] += scores.abs_().sum(1)
+        return part_sums

@@ -1,0 +1,165 @@
+"""Runs a grid of jobs: check everything first, train and test each job once, keep every result.
+
+:func:`run_jobs` is the driver used by ``run_all.py``, the studies, the experiments and the Python API:
+
+1. **Plan** (:mod:`benchmarks.planner`): every job's settings are resolved and checked and every dataset is
+   located (downloaded where allowed) and prepared *before the first training step*; all problems are reported
+   together. Each job gets its key (:mod:`benchmarks.jobs`).
+2. **Execute** (:mod:`benchmarks.execution`): the jobs not already finished run in this process, in joblib
+   worker processes or on a Dask cluster. A worker runs :func:`benchmarks.worker.run_job` and returns its result
+   rows and per-user arrays; it writes nothing but its own checkpoint.
+3. **Record** (:class:`benchmarks.store.ResultStore`): the driver alone writes, one job at a time and
+   atomically: a finished job's rows replace only rows of the same key; a failed job is recorded with its error
+   and the grid goes on; every invocation is appended to ``manifest.jsonl``.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from recbench.benchmarks.execution import Executor
+from recbench.benchmarks.jobs import KEY_VERSION, GridInterrupted, Job, PlannedJob
+from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.planner import plan_grid, prepare_negatives
+from recbench.benchmarks.provenance import git_commit
+from recbench.benchmarks.store import ResultStore
+from recbench.benchmarks.worker import JobOutcome, JobPayload
+from recbench.datasets import resolve_cache_dir, resolve_data_dir
+
+
+@dataclass
+class GridResult:
+    """What one invocation planned and what became of each job."""
+
+    planned: list[PlannedJob]
+    finished: list[JobOutcome] = field(default_factory=list)
+    failed: list[JobOutcome] = field(default_factory=list)
+    skipped: list[PlannedJob] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def rows(self) -> list[dict]:
+        """The rows this invocation wrote, in the order the jobs were planned."""
+        order = {job.key: number for number, job in enumerate(self.planned)}
+        return [row for outcome in sorted(self.finished, key=lambda o: order[o.key]) for row in outcome.rows]
+
+
+def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = None, log=print) -> GridResult:
+    """Plan, run and record a grid of jobs (see the module docstring); returns what became of each job.
+
+    ``preloaded`` maps dataset names to ready :class:`~datasets.sequences.SequenceData` (in-memory data);
+    other names are loaded through :func:`datasets.load_dataset`. With ``options.resume`` jobs whose key already
+    has every result row are skipped and interrupted training continues from its checkpoint; without it a job
+    runs afresh, and its new rows replace the old rows of the same key once it has finished. Raises
+    :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run, and
+    :class:`~benchmarks.jobs.GridInterrupted` on Ctrl-C.
+    """
+    planned, datasets = plan_grid(jobs, options, preloaded=preloaded, log=log)
+    store = ResultStore(Path(options.output).resolve())
+    result = GridResult(planned)
+    pending = _pending(planned, store, options.resume, result, log)
+    invocation = _invocation(options)
+    store.start_invocation(invocation, planned, {job.key for job in pending})
+    cache = resolve_cache_dir(options.cache_dir)
+    if pending:
+        prepare_negatives(pending, datasets, cache, log)
+    executor = Executor(options, log)
+    clock = Progress(planned, pending, executor.parallelism, log)
+    payloads = [JobPayload(job, options.device, executor.threads_per_job, str(cache / "negatives"),
+                           str(store.folder / "checkpoints" / f"{job.file_stem}.pt"), options.resume,
+                           options.keep_checkpoints, executor.worker_progress, invocation["commit"],
+                           compile=options.compile)
+                for job in pending]
+    try:
+        for outcome in executor.run(payloads, datasets, clock.started):
+            _record(outcome, store, result)
+            clock.done(outcome)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise GridInterrupted() from None
+    finally:
+        executor.close()
+        store.end_invocation(result)
+    return result
+
+
+def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result: GridResult, log) -> list:
+    """The jobs to run: all of them, or with ``resume`` those without every result row. Says plainly when rows
+    written under an older key version will not be reused."""
+    pending = []
+    for number, job in enumerate(planned, start=1):
+        if resume and store.done(job.key, job.protocols):
+            log(f"[{number}/{len(planned)}] {job.run_id}: already in results.jsonl (key {job.key[:12]}), skipped")
+            result.skipped.append(job)
+        else:
+            pending.append(job)
+    if resume and pending:
+        names = {job.run_id for job in pending}
+        older = {row["run_id"] for row in store.rows
+                 if row.get("key_version", 1) < KEY_VERSION and row.get("run_id") in names}
+        if older:
+            log(f"note: {len(older)} job(s) have results in {store.path} from an older version of the suite "
+                f"(job key version < {KEY_VERSION}: the trainer's settings were reorganised), e.g. "
+                f"{sorted(older)[0]}; their keys no longer match, so they run again (the old rows are kept)")
+    return pending
+
+
+def _invocation(options: RunOptions) -> dict:
+    data_dir = resolve_data_dir(options.data_dir)
+    return {"command": options.command if options.command is not None else sys.argv, "cwd": str(Path.cwd()),
+            "commit": git_commit(), "profile": options.profile, "protocols": list(options.protocols),
+            "config_files": [str(path) for path in options.config_files], "device": options.device,
+            "resume": options.resume, "n_jobs": options.n_jobs, "dask_scheduler": options.dask_scheduler,
+            "data_dir": str(data_dir) if data_dir else None}
+
+
+def _record(outcome: JobOutcome, store: ResultStore, result: GridResult) -> None:
+    """The driver's one write per job: a finished job's rows and files (its checkpoint is then deleted: its rows
+    hold all of its results), or a failure."""
+    if outcome.status == "finished":
+        store.commit(outcome.key, outcome.rows, outcome.files)
+        job = next(job for job in result.planned if job.key == outcome.key)
+        (store.folder / "checkpoints" / f"{job.file_stem}.pt").unlink(missing_ok=True)
+        result.finished.append(outcome)
+    else:
+        store.record_failure(outcome)
+        result.failed.append(outcome)
+
+
+class Progress:
+    """One line per started and finished job, with the time left estimated from the jobs that trained (jobs
+    without training, like POP, take seconds and would make the estimate far too short)."""
+
+    def __init__(self, planned: list[PlannedJob], pending: list[PlannedJob], parallelism: int, log):
+        self.pending = {job.key: job for job in pending}
+        self.number = {job.key: number for number, job in enumerate(planned, start=1)}
+        self.total = len(planned)
+        self.parallelism = max(1, parallelism)
+        self.log = log
+        self.seconds: dict[str, list[float]] = {}  # model -> seconds of its finished jobs that trained
+
+    def started(self, job: PlannedJob) -> None:
+        self.log(f"[{self.number[job.key]}/{self.total}] {job.run_id} (key {job.key[:12]}){self._left()}")
+
+    def done(self, outcome: JobOutcome) -> None:
+        job = self.pending.pop(outcome.key)
+        if outcome.trained:
+            self.seconds.setdefault(job.job.model, []).append(outcome.seconds)
+        if outcome.status == "failed":
+            self.log(f"  FAILED {job.run_id} (key {job.key[:12]}): {outcome.error}")
+        elif self.parallelism > 1:
+            metrics = "; ".join(f"{row['protocol']} NDCG@10 {row['metrics']['NDCG@10']:.4f}"
+                                for row in outcome.rows if "NDCG@10" in row["metrics"])
+            self.log(f"  done [{self.number[job.key]}/{self.total}] {job.run_id} in {outcome.seconds:.0f}s"
+                     f"{': ' + metrics if metrics else ''}{self._left()}")
+
+    def _left(self) -> str:
+        if not self.seconds or not self.pending:
+            return ""
+        overall = float(np.mean([s for values in self.seconds.values() for s in values]))
+        left = sum(np.mean(self.seconds[job.job.model]) if job.job.model in self.seconds else overall
+                   for job in self.pending.values()) / self.parallelism
+        return f", about {left / 60:.1f} min left" if left >= 60 else f", about {left:.0f} s left"

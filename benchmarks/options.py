@@ -1,0 +1,68 @@
+"""How a grid runs: :class:`RunOptions`, the one options object of :func:`benchmarks.grid.run_jobs`, the
+command line (``run_all.py``, the studies) and the Python API.
+
+A job says *what* is computed (dataset, model, seed, overrides; ``benchmarks.jobs``); the options say where the
+data and the results live, with which profile, protocols and configuration files, and how the jobs run (device,
+parallelism, resume). Of the options only ``profile``, ``protocols`` and ``config_files`` change what a job
+computes, and they do so through its resolved settings, which its key covers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recbench.benchmarks.config import PROFILES
+from recbench.benchmarks.evaluator import PROTOCOLS
+from recbench.benchmarks.negatives import PAIRS
+from recbench.benchmarks.trainer import resolve_device
+from recbench.datasets.errors import unknown
+
+
+@dataclass
+class RunOptions:
+    output: Path | str  # the results folder
+    protocols: tuple = ("full", "pop100")  # candidate protocols of the next-item task's test split
+    profile: str = "smoke"  # "smoke" (seconds per model) or "paper" (the paper's settings)
+    config_files: tuple = ()  # --config files, applied in order over the suite's configs
+    device: str = "auto"  # "auto", "cpu", "cuda", "cuda:N"
+    data_dir: str | Path | None = None  # local dataset files (else $RECBENCH_DATA_DIR, else download)
+    cache_dir: str | Path | None = None  # prepared datasets and negatives (else $RECBENCH_CACHE_DIR, ...)
+    resume: bool = False  # skip finished jobs, continue interrupted training from its checkpoint
+    n_jobs: int = 1  # jobs at once in local worker processes
+    threads: int | None = None  # torch CPU threads per job (None: all cores divided by n_jobs)
+    dask_scheduler: str | None = None  # run the jobs on this Dask cluster instead
+    keep_checkpoints: bool = False  # keep each finished job's selected weights under weights/
+    compile: bool = False  # run each training step through torch.compile
+    progress: bool = True  # progress bars
+    command: list[str] | None = field(default=None)  # the invocation recorded in manifest.jsonl (None: sys.argv)
+
+    def __post_init__(self):
+        self.output = Path(self.output)
+        self.protocols = tuple(self.protocols)
+        self.config_files = tuple(Path(path) for path in self.config_files)
+
+    def problems(self) -> list[str]:
+        """Every option that cannot work, one line each (empty when all is well); checked before planning."""
+        found = []
+        if self.profile not in PROFILES:
+            found.append(str(unknown("profile", self.profile, PROFILES)))
+        found += [str(unknown("protocol", name, PROTOCOLS)) for name in self.protocols
+                  if name not in (*PROTOCOLS, PAIRS)]
+        if self.n_jobs < 1:
+            found.append(f"--jobs {self.n_jobs}: must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            found.append(f"--threads {self.threads}: must be >= 1")
+        if self.dask_scheduler and self.n_jobs != 1:
+            found.append("--jobs and --dask-scheduler exclude each other: the Dask cluster decides how many jobs "
+                         "run at once")
+        if self.dask_scheduler:
+            try:
+                import dask.distributed  # noqa: F401
+            except ImportError:
+                found.append('--dask-scheduler needs Dask: pip install -e ".[distributed]"')
+        found += [f"--config {path}: no such file" for path in self.config_files if not path.is_file()]
+        try:
+            resolve_device(self.device)
+        except (RuntimeError, ValueError) as error:
+            found.append(str(error))
+        return found

@@ -1,0 +1,38 @@
+"""The tables a grid prints when it ends and writes to ``table.md``: one per dataset and protocol, metrics ×
+models (mean ± std over seeds) of the main grid's rows. The full report (``reports.report``) builds the paper's
+tables from the same rows."""
+from __future__ import annotations
+
+import numpy as np
+from tabulate import tabulate
+
+SMOKE_NOTE = ("> **Smoke profile: installation check, not the paper's settings.** These models were trained for "
+              "seconds on small budgets; their numbers say that everything runs, not how the models compare. "
+              "Use `--profile paper` for results to report.")
+
+
+def main_tables(rows: list[dict]) -> str:
+    """Paper-style tables (metrics × models) in Markdown, one per dataset and protocol; smoke-profile results say
+    that they only check the installation."""
+    blocks = [SMOKE_NOTE] if any(row.get("profile") == "smoke" for row in rows) else []
+    for dataset in dict.fromkeys(row["dataset"] for row in rows):
+        for protocol in dict.fromkeys(row["protocol"] for row in rows if row["dataset"] == dataset):
+            chosen = [r for r in rows if r["dataset"] == dataset and r["protocol"] == protocol and r["study"] == "main"]
+            if chosen:
+                blocks.append(_table(dataset, protocol, chosen))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _table(dataset: str, protocol: str, rows: list[dict]) -> str:
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    table = []
+    for metric in rows[0]["metrics"]:
+        cells = [metric]
+        for name in models:
+            values = [r["metrics"][metric] for r in rows if r["model"] == name]
+            cells.append(f"{np.mean(values):.4f}" + (f" ± {np.std(values):.4f}" if len(values) > 1 else ""))
+        table.append(cells)
+    seeds = len({r["seed"] for r in rows})
+    title = f"### {dataset} — protocol `{protocol}` ({seeds} seed{'s' if seeds > 1 else ''}, test split)"
+    return title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github", disable_numparse=True,
+                                     colalign=("left",) + ("right",) * len(models))
