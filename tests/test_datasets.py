@@ -16,7 +16,7 @@ from recbench.datasets import (DATASET_NAMES, DatasetFormatError, LeaveOneOutSpl
                       dataset_names, load_dataset, prepare, read_interactions, resolve_cache_dir,
                       resolve_data_dir)
 from recbench.datasets.__main__ import main as datasets_cli
-from tests.conftest import SHARED_DATA, requires_shared_data
+from tests.helpers import SHARED_DATA, requires_shared_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 

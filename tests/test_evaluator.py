@@ -10,36 +10,7 @@ from recbench.benchmarks.evaluator import Evaluator, ScoreError, per_user_metric
 from recbench.benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.base import Recommender, ScoreFactors, gather_candidates
-from tests.conftest import SHARED_DATA, requires_shared_data
-
-
-@dataclass
-class _NoConfig:
-    pass
-
-
-class FixedScorer(Recommender):
-    """Scores every item with ``table[user, item]``; records every history it was shown."""
-
-    name = "fixed"
-    Config = _NoConfig
-
-    def __init__(self, table: np.ndarray, history_length: int = 8):
-        super().__init__(table.shape[0], table.shape[1] - 1, _NoConfig())
-        self.table = torch.as_tensor(table, dtype=torch.float32)
-        self._history_length = history_length
-        self.seen_histories = []
-
-    @property
-    def history_length(self):
-        return self._history_length
-
-    def fit(self, train, validate, settings):
-        return {}
-
-    def score(self, users, histories, candidates):
-        self.seen_histories.append(histories.clone())
-        return gather_candidates(self.table[users], candidates)
+from tests.helpers import SHARED_DATA, FixedScorer, repeat_data, requires_shared_data
 
 
 def toy_data(n_users=30, n_items=400, length=12, seed=0) -> SequenceData:
@@ -323,13 +294,6 @@ def test_full_ranking_never_writes_into_a_returned_stored_tensor(tmp_path):
     result = evaluator.evaluate(model, "test", "full")
     assert np.array_equal(model.table.numpy(), table)
     assert np.array_equal(result.counts.greater, reference_full_counts(FixedScorer(table), split, "test")[0])
-
-
-def repeat_data(n_users=50, n_items=40, seed=0) -> SequenceData:
-    """Histories with repeated items and targets that were consumed before."""
-    rng = np.random.default_rng(seed)
-    return SequenceData.from_sequences("repeats", [rng.integers(1, n_items + 1, rng.integers(3, 30))
-                                                   for _ in range(n_users)], n_items=n_items)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -61,17 +61,6 @@ def test_resume_skips_finished_jobs(tmp_path, chain_data):
     assert len(read_results(tmp_path / "out" / "results.jsonl")) == 4
 
 
-def test_pop_counts_only_training_interactions(tmp_path, chain_data):
-    """POP must not count validation and test items, or it would leak them into its ranking."""
-    from recbench.datasets.sequences import LeaveOneOutSplit
-    from recbench.models.pop import Pop
-
-    split = LeaveOneOutSplit(chain_data)
-    model = Pop(chain_data.n_users, chain_data.n_items)
-    model.fit(split.train())
-    assert model.counts.sum() == chain_data.n_actions - 2 * chain_data.n_users
-
-
 def test_corrupt_results_file_names_the_line(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text('{"a": 1}\n{broken\n')
