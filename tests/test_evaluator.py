@@ -1,4 +1,4 @@
-"""The shared evaluator against hand-computed values, ties, leakage and the candidate rules of protocol.md."""
+"""The shared evaluator against hand-computed values, ties, leakage and the candidate rules of PROTOCOL.md."""
 import math
 from dataclasses import dataclass
 
