@@ -270,7 +270,8 @@ def test_interrupted_training_resumes_to_the_same_weights(name, tmp_path):
 
     interrupted = build(name, split.data)
     with pytest.raises(KeyboardInterrupt):
-        Trainer(settings(name, checkpoint=str(checkpoint), **quick)).fit(interrupted, split.train(), crash_at_third_validation)
+        Trainer(settings(name, checkpoint=str(checkpoint), **quick)).fit(interrupted, split.train(),
+                                                                         crash_at_third_validation)
     resumed = build(name, split.data, seed=99)  # a different init: everything must come from the checkpoint
     report = Trainer(settings(name, checkpoint=str(checkpoint), **quick)).fit(resumed, split.train(), None)
     assert report["epochs_run"] == 4
@@ -297,8 +298,9 @@ BAD_SETTINGS = [  # (model, field, value, the message after "field=value must ")
     ("ncf", "factors", 0, "be >= 1"), ("ncf", "negatives", 0, "be >= 1"), ("ncf", "init_std", 0.0, "be > 0"),
     ("ncf", "mlp_layers", (33, 16), "start with an even width"), ("ncf", "mlp_layers", (64,), "list at least two"),
     ("ncf", "mlp_layers", (64, 0), "list at least two"), ("ncf", "towers", "both", "be one of"),
-    ("gru4rec", "hidden", 0, "be >= 1"), ("gru4rec", "layers", 0, "be >= 1"), ("gru4rec", "session_batch", 0, "be >= 1"),
-    ("gru4rec", "max_len", 0, "be >= 1"), ("gru4rec", "embedding", -1, "be >= 0"),
+    ("gru4rec", "hidden", 0, "be >= 1"), ("gru4rec", "layers", 0, "be >= 1"),
+    ("gru4rec", "session_batch", 0, "be >= 1"), ("gru4rec", "max_len", 0, "be >= 1"),
+    ("gru4rec", "embedding", -1, "be >= 0"),
     ("gru4rec", "dropout_hidden", 1.0, "be in [0, 1)"), ("gru4rec", "dropout_embed", -0.1, "be in [0, 1)"),
     ("gru4rec", "final_act", "relu", "be one of linear, tanh"),
     ("gru4rec", "loss", "cross-entropy", "be one of top1, bpr"),

@@ -306,8 +306,9 @@ def test_bert4rec_learns_the_chain_far_better_than_pop():
     torch.manual_seed(0)
     m = BERT4Rec(data.n_users, data.n_items, BERT4RecConfig(
         max_len=20, hidden=32, dropout=0.1, attention_dropout=0.1, mask_proportion=0.3, dupe_factor=4))
-    Trainer(TrainSettings(optimizer="adamw", lr=5e-3, weight_decay=0.01, batch_size=64,
-                                             max_epochs=15, warmup_steps=10, decay="linear", progress=False)).fit(m, split.train(), None)
+    settings = TrainSettings(optimizer="adamw", lr=5e-3, weight_decay=0.01, batch_size=64, max_epochs=15,
+                             warmup_steps=10, decay="linear", progress=False)
+    Trainer(settings).fit(m, split.train(), None)
     ndcg = evaluator.evaluate(m, "test", "pop100").metrics["NDCG@10"]
     baseline = evaluator.evaluate(pop, "test", "pop100").metrics["NDCG@10"]
     assert ndcg > baseline + 0.3, (ndcg, baseline)

@@ -1,6 +1,5 @@
 """The shared evaluator against hand-computed values, ties, leakage and the candidate rules of PROTOCOL.md."""
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ import torch
 from recbench.benchmarks.evaluator import Evaluator, ScoreError, per_user_metrics
 from recbench.benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
-from recbench.models.base import Recommender, ScoreFactors, gather_candidates
+from recbench.models.base import ScoreFactors, gather_candidates
 from tests.helpers import SHARED_DATA, FixedScorer, repeat_data, requires_shared_data
 
 
@@ -351,18 +350,18 @@ def test_chunks_fit_the_cpu_budget():
 
 
 def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
-    import recbench.datasets.progress
-    from recbench import datasets
+    from recbench.datasets import progress
+
     shown = []
 
-    class Recording(datasets.progress.tqdm):
+    class Recording(progress.tqdm):
         def update(self, n=1):
             if not self.disable and "sampling" not in self.desc:  # the evaluator's bar, not the sampler's
                 shown.append((self.total, n))
             return super().update(n)
 
-    monkeypatch.setattr(datasets.progress, "tqdm", Recording)
-    monkeypatch.setattr(datasets.progress, "PROGRESS_DELAY_S", 0.0)  # the bar shows at once, however fast
+    monkeypatch.setattr(progress, "tqdm", Recording)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)  # the bar shows at once, however fast
     data = toy_data(n_users=30)
     evaluator = Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path, batch_size=8)
     model = FixedScorer(np.zeros((data.n_users, data.n_items + 1)))

@@ -127,12 +127,12 @@ def test_missing_data_is_found_before_anything_is_prepared(tmp_path, capsys):
 
 
 def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monkeypatch):
-    import recbench.datasets.registry
-    from recbench import datasets
+    from recbench.datasets import registry
+
     with socket.socket() as closed:  # a port nobody listens on: every download fails at once
         closed.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    monkeypatch.setattr(datasets.registry, "URLS", {name: f"{dead}/{name}" for name in datasets.registry.URLS})
+    monkeypatch.setattr(registry, "URLS", {name: f"{dead}/{name}" for name in registry.URLS})
     monkeypatch.delenv("RECBENCH_DATA_DIR", raising=False)
     code, _, err = run(["--datasets", "beauty", "ml-1m"], tmp_path, capsys)
     assert code == 2 and "dataset 'beauty'" in err and "dataset 'ml-1m'" in err

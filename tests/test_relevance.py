@@ -13,8 +13,16 @@ import torch
 
 import run_all
 from recbench.benchmarks.evaluator import ScoreError
-from recbench.benchmarks.relevance import (PAIR_LABELS, PlattScaling, RelevanceEvaluator, accuracy, calibrate, log_loss,
-                                  relevance_metrics, roc_auc)
+from recbench.benchmarks.relevance import (
+    PAIR_LABELS,
+    PlattScaling,
+    RelevanceEvaluator,
+    accuracy,
+    calibrate,
+    log_loss,
+    relevance_metrics,
+    roc_auc,
+)
 from recbench.benchmarks.store import read_results
 from recbench.benchmarks.trainer import Trainer, TrainSettings
 from recbench.datasets import generate
@@ -175,7 +183,8 @@ def test_relevance_models_learn_and_judge_candidates_consistently(split, name):
     model = cls(split.data.n_users, split.n_items, cls.Config(**SMALL[name][0]))
     evaluator = RelevanceEvaluator(split, seed=0)
     settings = TrainSettings(**SMALL[name][1], valid_metric="AUC", patience=100, progress=False, seed=0)
-    fit = Trainer(settings).fit(model, split.train(), lambda current: evaluator.evaluate(current, "valid", name).metrics)
+    fit = Trainer(settings).fit(model, split.train(),
+                                lambda current: evaluator.evaluate(current, "valid", name).metrics)
     assert "valid_AUC" in fit["curve"][0]
     result = evaluator.evaluate(model, "test", name)
     assert result.metrics["AUC"] > 0.7 and result.metrics["accuracy"] > 0.6, result.metrics

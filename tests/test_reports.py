@@ -23,8 +23,14 @@ from recbench.reports.render import latex_escape
 from recbench.reports.results import ResultsError, load_results
 from recbench.reports.stats import PerUser
 from recbench.reports.tables import main_table
-from tests.fixtures.reports_fixture import (build_fixture, counts_for, ranking_row, relevance_row,
-                                            write_attention, write_results)
+from tests.fixtures.reports_fixture import (
+    build_fixture,
+    counts_for,
+    ranking_row,
+    relevance_row,
+    write_attention,
+    write_results,
+)
 
 MODELS = {"POP": "pop", "GRU4Rec": "gru4rec", "SASRec": "sasrec", "BERT4Rec": "bert4rec"}
 DATASETS = {"ML-1m": "ml-1m", "Beauty": "beauty"}

@@ -6,8 +6,15 @@ import pytest
 
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.runner import run_jobs
-from recbench.benchmarks.studies import ABLATIONS, ablation_jobs, build_jobs, cloze_jobs, parse_args, sensitivity_jobs, \
-    study_table
+from recbench.benchmarks.studies import (
+    ABLATIONS,
+    ablation_jobs,
+    build_jobs,
+    cloze_jobs,
+    parse_args,
+    sensitivity_jobs,
+    study_table,
+)
 from recbench.models import model_class
 from tests.helpers import chain_data
 

@@ -80,7 +80,8 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     assert checkpoint.exists()
 
     resumed = new_model(seed=123)  # different init: everything must come from the checkpoint
-    report = Trainer(settings(checkpoint=str(checkpoint))).fit(resumed, split.train(), scripted_validator(values[3:])[0])
+    validate = scripted_validator(values[3:])[0]
+    report = Trainer(settings(checkpoint=str(checkpoint))).fit(resumed, split.train(), validate)
     assert report["epochs_run"] == 6
     assert torch.equal(resumed.item_factors.weight, reference.item_factors.weight)
 

@@ -8,17 +8,16 @@ import numpy as np
 import pytest
 import torch
 
+import recbench.models.transformer_fast as transformer_fast
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.trainer import Trainer, TrainSettings
-from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
-import recbench.models.transformer_fast as transformer_fast
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models import model_class
 from recbench.models.pop import Pop
 from recbench.models.sasrec import SASRec, SASRecCE, SASRecConfig
 from recbench.models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy
 from tests.helpers import chain_data, histories
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -192,9 +192,10 @@ def main(argv=None) -> int:
                                                  "HR@10": mean([d["metrics"][p]["HR@10"] for d in done])}
                                              for p in ("pop100", "full")}
             last = entry["runs"][-1]["protocol_run"]
+            merged = entry["runs"][-1].get("merged_valid_run")
             print(f"{name:>28} seed {seed}: pop100 NDCG@10 {last['metrics']['pop100']['NDCG@10']:.4f}  full "
                   f"{last['metrics']['full']['NDCG@10']:.4f}  best epoch {last['best_epoch']}/{last['epochs_run']}"
-                  + (f"  | merged valid: pop100 {entry['runs'][-1]['merged_valid_run']['metrics']['pop100']['NDCG@10']:.4f}"
+                  + (f"  | merged valid: pop100 {merged['metrics']['pop100']['NDCG@10']:.4f}"
                      if args.merge_valid else ""), flush=True)
             write_json(Path(args.output), summary)
     print(f"written: {args.output}")

@@ -62,7 +62,8 @@ def top10_popularity(model, evaluator: Evaluator, counts: np.ndarray) -> dict:
             scores[torch.from_numpy(rows), torch.from_numpy(items)] = -torch.inf
             found.append(counts[scores.topk(10, 1).indices.numpy()])
     found = np.concatenate(found)
-    return {"top10_median_count": float(np.median(found)), "top10_share_count_le5": round(float((found <= 5).mean()), 4)}
+    return {"top10_median_count": float(np.median(found)),
+            "top10_share_count_le5": round(float((found <= 5).mean()), 4)}
 
 
 def main(argv=None) -> int:
