@@ -23,12 +23,12 @@ from tests.helpers import ROOT
 
 SCANNED_SUFFIXES = (".py", ".toml", ".md")
 SCANNED_FILES = (".ci/run",)
-NOT_SCANNED = ("results/reference/", "tests/test_docs.py")  # stored results keep their wording; this file plants
-# bad citations in its own tests
+# Stored results keep the wording they were written with; this file plants bad citations in its own tests.
+NOT_SCANNED = ("results/reference/", "tests/test_docs.py")
 WRITTEN_BY_RUNS = {"report.md", "table.md"}  # results/README.md: what a run writes into results/<name>/
 
 DOCUMENT = re.compile(r"(?<![\w./-])([\w./-]*\w\.md)(#[\w-]+)?(?![\w-])")
-SECTION = re.compile(r"\A`*\)?[,;]?\s*\(?[\"“]([^\"”\n]+)[\"”]")  # right after the name: , "Section" or ("Section"
+SECTION = re.compile(r"\A`*\)?[,;]?\s*\(?[\"“]([^\"”]{1,80})[\"”]")  # right after the name: , "Section" or ("Section"
 OUTSIDE = re.compile(r"\.\./shared\b")
 
 
@@ -86,7 +86,8 @@ def broken_citations(root: Path, files: list[str]) -> list[str]:
                 problems.append(f"{where(match.start())}: cites {name}, which is not in the repository")
                 continue
             section = SECTION.match(text[match.end():])
-            wanted = [part for part in (anchor and anchor[1:], section and section.group(1)) if part]
+            title = section and re.sub(r"\s*\n\s*#?\s*", " ", section.group(1))  # a title may wrap, also in a comment
+            wanted = [part for part in (anchor and anchor[1:], title) if part]
             available = headings((root / target).read_text(encoding="utf-8"))
             problems += [f"{where(match.start())}: cites section {part!r} of {target}, which has no such heading"
                          for part in wanted if part not in available]
@@ -103,6 +104,7 @@ def test_every_cited_document_is_in_the_repository():
     ("# see docs/GUIDE.md for the rules", "cites docs/GUIDE.md, which is not in the repository"),
     ("python run_all.py --data-dir ../shared/data", "../shared is outside the repository"),
     ('"""As ``REAL.md``, "No such section" says."""', "cites section 'No such section' of REAL.md"),
+    ("# as REAL.md, \"Candidates\n# wrapped\" says", "cites section 'Candidates wrapped' of REAL.md"),
     ("[the rules](REAL.md#nowhere)", "cites section 'nowhere' of REAL.md"),
 ])
 def test_a_citation_that_does_not_resolve_is_named_with_its_file_and_line(tmp_path, line, problem):
@@ -115,12 +117,13 @@ def test_a_citation_that_does_not_resolve_is_named_with_its_file_and_line(tmp_pa
 
 @pytest.mark.parametrize("line", [
     '"""Scored as ``REAL.md``, "Candidates", says; so does [REAL.md](REAL.md#candidates)."""',
+    '"""Ranked as ``REAL.md``, "Rank and\n    ties" says."""',
     "# ``../REAL.md`` from this folder, ``fidelity.md`` beside this file",
     'path = folder / "tables" / "table2_pop100.md"  # a file the code writes',
     '"""Writes ``report.md`` and ``table.md`` into the results folder."""',
 ])
 def test_citations_that_resolve_and_file_names_pass(tmp_path, line):
-    (tmp_path / "REAL.md").write_text("# Real\n\n## Candidates\n")
+    (tmp_path / "REAL.md").write_text("# Real\n\n## Candidates\n\n## Rank and ties\n")
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "fidelity.md").write_text("# Fidelity\n")
     (tmp_path / "pkg" / "mod.py").write_text(f"{line}\n")
