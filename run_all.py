@@ -2,9 +2,9 @@
 """Train and evaluate sequential recommenders the way the BERT4Rec paper did, and write paper-style tables.
 
     python run_all.py                                   # offline smoke run on the built-in synthetic data
-    python run_all.py --datasets ml-1m beauty --models pop bprmf --data-dir ../shared/data
+    python run_all.py --datasets ml-1m beauty --models pop bprmf --data-dir DIR
     python run_all.py --datasets ml-1m --profile paper --seeds 0 1 2 --jobs 3 --resume
-    python run_all.py --task relevance --datasets ml-1m --models pop lstm-rel bert4rec-rel --data-dir ../shared/data
+    python run_all.py --task relevance --datasets ml-1m --models pop lstm-rel bert4rec-rel --data-dir DIR
 
 Results go to ``results/<name>/`` (see results/README.md for the schema).
 """
@@ -22,8 +22,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     from recbench.benchmarks.cli import add_run_options
     from recbench.benchmarks.config import PROFILES
     from recbench.benchmarks.evaluator import PROTOCOLS
-    from recbench.benchmarks.negatives import PAIRS
     from recbench.benchmarks.jobs import TASKS
+    from recbench.benchmarks.negatives import PAIRS
     from recbench.datasets import DATASET_NAMES
     from recbench.datasets.errors import unknown
     from recbench.models import model_names

@@ -25,8 +25,14 @@ import numpy as np
 import torch
 
 from recbench.benchmarks.evaluator_fast import TiledRanking, chunk_users, count_rows_on_cpu
-from recbench.benchmarks.metrics import (DEFAULT_METRICS, RankCounts, check_tie_policy, parse_metric,
-                                         per_user_metrics, summarize)
+from recbench.benchmarks.metrics import (
+    DEFAULT_METRICS,
+    RankCounts,
+    check_tie_policy,
+    parse_metric,
+    per_user_metrics,
+    summarize,
+)
 from recbench.benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
 from recbench.datasets.errors import unknown
 from recbench.datasets.progress import progress_bar

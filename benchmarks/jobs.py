@@ -26,7 +26,7 @@ TASKS = ("next-item", RELEVANCE)
 # Bump when the key's contents change meaning, so that old keys never match new jobs. 2: the trainer's settings
 # hold only what a run computes (seed, progress, checkpoint and compile left them; amp became precision).
 KEY_VERSION = 2
-TIE_POLICY = "expected"  # the evaluator's tie policy for every result the runner writes (PROTOCOL.md)
+TIE_POLICY = "expected"  # the evaluator's tie policy for every result the runner writes (PROTOCOL.md, "Rank and ties")
 
 
 class GridError(ValueError):

@@ -1,4 +1,4 @@
-"""Ranking metrics from per-user rank counts (``PROTOCOL.md``, "Ranking and ties" and "Metrics").
+"""Ranking metrics from per-user rank counts (``PROTOCOL.md``, "Rank and ties" and "Metrics").
 
 For each user the evaluator keeps two numbers: ``greater`` (candidates scored strictly above the target) and
 ``ties`` (other candidates scored exactly like it). Every metric follows from them. Under the ``expected`` tie

@@ -1,5 +1,5 @@
-"""Sampled candidate lists for the ``pop100`` and ``uni100`` protocols (``protocol.md``, "Candidates"), and the
-one uniform negative per user of the relevance task's ``pairs`` (``protocol.md``, "Relevance prediction").
+"""Sampled candidate lists for the ``pop100`` and ``uni100`` protocols (``PROTOCOL.md``, "Negatives"), and the
+one uniform negative per user of the relevance task's ``pairs`` (``PROTOCOL.md``, "Relevance prediction").
 
 Negatives are drawn once per (dataset, split, protocol, seed), never include any item of the user's whole
 sequence, are stored next to the prepared dataset and are reused by every model.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from recbench.datasets.errors import unknown
 from recbench.datasets.progress import progress_bar
 from recbench.datasets.sequences import SequenceData
-from recbench.datasets.errors import unknown
 
 SAMPLED_PROTOCOLS = {"pop100": "popularity", "uni100": "uniform"}
 PAIRS = "pairs"  # relevance prediction: one uniform negative per user (benchmarks.relevance)

@@ -22,10 +22,8 @@ from recbench.benchmarks.jobs import GridError, Job, PlannedJob
 from recbench.benchmarks.metrics import parse_metric
 from recbench.benchmarks.negatives import PAIRS, SAMPLED_PROTOCOLS, load_or_sample
 from recbench.benchmarks.options import RunOptions
-from recbench.benchmarks.relevance import SELECTION_METRICS
-from recbench.benchmarks.relevance import TASK as RELEVANCE
-from recbench.datasets import (DatasetFormatError, MissingDataError, dataset_on_disk, load_dataset,
-                               resolve_cache_dir)
+from recbench.benchmarks.relevance import SELECTION_METRICS, TASK as RELEVANCE
+from recbench.datasets import DatasetFormatError, MissingDataError, dataset_on_disk, load_dataset, resolve_cache_dir
 from recbench.datasets.sequences import SequenceData
 from recbench.models import model_class, model_names
 from recbench.models.base import NeuralRecommender

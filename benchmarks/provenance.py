@@ -1,4 +1,4 @@
-"""What produced a result (``protocol.md``, "What a result row records"): the code's commit, library versions,
+"""What produced a result (``PROTOCOL.md``, "What a result row records"): the code's commit, library versions,
 the device, and the job's peak memory."""
 from __future__ import annotations
 

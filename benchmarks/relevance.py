@@ -1,4 +1,4 @@
-"""Relevance prediction, the second task of ``paper.md`` ("Two tasks"; ``protocol.md``, "Relevance prediction").
+"""Relevance prediction, the second task of ``PAPER.md`` ("Two tasks"; ``PROTOCOL.md``, "Relevance prediction").
 
 Given a history and *one* candidate item, predict the probability that the user likes the candidate.
 

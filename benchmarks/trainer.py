@@ -35,9 +35,14 @@ from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_sche
 from recbench.benchmarks.relevance import SELECTION_METRICS
 from recbench.datasets.errors import unknown
 from recbench.datasets.sequences import Histories
-from recbench.models.base import FitReport, NeuralRecommender, Recommender, Validator
-from recbench.models.base import require as require_setting
-from recbench.models.base import require_choice
+from recbench.models.base import (
+    FitReport,
+    NeuralRecommender,
+    Recommender,
+    Validator,
+    require as require_setting,
+    require_choice,
+)
 
 FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)
 CHECKPOINT_VERSION = 2  # the layout of a training checkpoint (TrainState's fields)

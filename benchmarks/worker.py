@@ -30,8 +30,7 @@ from recbench.benchmarks.metrics import DEFAULT_METRICS
 from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.planner import selection_metric
 from recbench.benchmarks.provenance import PeakMemory, describe_device, library_versions
-from recbench.benchmarks.relevance import TASK as RELEVANCE
-from recbench.benchmarks.relevance import RelevanceEvaluator, calibrate
+from recbench.benchmarks.relevance import TASK as RELEVANCE, RelevanceEvaluator, calibrate
 from recbench.benchmarks.trainer import TrainRun, fit_model, resolve_device
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models import model_class

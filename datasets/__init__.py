@@ -1,6 +1,6 @@
 """Datasets: raw files -> interactions -> filtered, time-ordered sequences -> leave-one-out split.
 
->>> from datasets import LeaveOneOutSplit, load_dataset
+>>> from recbench.datasets import LeaveOneOutSplit, load_dataset
 >>> data = load_dataset("ml-1m", data_dir="/path/to/files")   # SequenceData
 >>> split = LeaveOneOutSplit(data)
 
@@ -10,8 +10,14 @@ See ``registry.py`` for the datasets and their sources, ``preprocess.py`` for th
 ``loader.py`` for file lookup, downloads and caching, ``synthetic.py`` for generated data.
 """
 from recbench.datasets.errors import ChecksumError, DatasetFormatError, DownloadError, MissingDataError
-from recbench.datasets.loader import (CACHE_DIR_ENV, DATA_DIR_ENV, dataset_on_disk, load_dataset, resolve_cache_dir,
-                             resolve_data_dir)
+from recbench.datasets.loader import (
+    CACHE_DIR_ENV,
+    DATA_DIR_ENV,
+    dataset_on_disk,
+    load_dataset,
+    resolve_cache_dir,
+    resolve_data_dir,
+)
 from recbench.datasets.preprocess import Preprocessing, prepare
 from recbench.datasets.readers import FORMATS, Interactions, read_interactions
 from recbench.datasets.registry import DATASET_NAMES, PAPER_DATASETS, URLS, dataset_names

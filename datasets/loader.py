@@ -20,8 +20,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from recbench.datasets.download import download as fetch
-from recbench.datasets.download import sha256_of
+from recbench.datasets.download import download as fetch, sha256_of
 from recbench.datasets.errors import ChecksumError, DownloadError, MissingDataError
 from recbench.datasets.preprocess import prepare
 from recbench.datasets.readers import describe, find_member, read_interactions

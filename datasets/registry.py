@@ -6,7 +6,7 @@ A paper dataset has up to three kinds of source, tried in this order by ``source
 - ``sequences``: a third party's time-ordered sequences of the full raw data (staged ML-1m file);
 - ``raw``: the upstream ratings/reviews file, preprocessed here.
 
-Filter choices (see ``preprocess.py`` for the fixed steps), following paper.md and the staged data README:
+Filter choices (see ``preprocess.py`` for the fixed steps), following ``PAPER.md``, "Datasets":
 
 - authors' files: users >= 5 only. It is a no-op on their Beauty/ML-1m files (already filtered) and keeps
   the published data as is; on SASRec's Video file (which has users with 1-2 actions) it applies the

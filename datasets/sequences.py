@@ -1,4 +1,4 @@
-"""Time-ordered user sequences stored as CSR, and the leave-one-out split of ``protocol.md``.
+"""Time-ordered user sequences stored as CSR, and the leave-one-out split (``PROTOCOL.md``, "Split").
 
 Every dataset, whatever its source, ends up as one :class:`SequenceData`: a flat ``int64`` array of item ids
 (``1..n_items``; 0 is reserved for padding) plus ``offsets`` so that user ``u``'s sequence is
@@ -84,7 +84,7 @@ class SequenceData:
     def stats(self, holdout: int = 0) -> dict:
         """The columns of the paper's Table 1, computed on the whole sequences.
 
-        ``holdout=2`` gives the variant behind Table 1's ML-1m row (paper.md): avg length and density
+        ``holdout=2`` gives the variant behind Table 1's ML-1m row (``PAPER.md``, "Datasets"): avg length and density
         computed without each user's last two items (validation and test targets); users, items and
         actions stay whole-data counts.
         """
@@ -165,7 +165,7 @@ class Histories:
 
 @dataclass(frozen=True)
 class LeaveOneOutSplit:
-    """``protocol.md``'s split: train ``s[:-2]``; valid ``s[:-2] -> s[-2]``; test ``s[:-1] -> s[-1]``."""
+    """The protocol's split: train ``s[:-2]``; valid ``s[:-2] -> s[-2]``; test ``s[:-1] -> s[-1]``."""
 
     data: SequenceData
 

@@ -1,4 +1,4 @@
-"""The one interface every model implements (``architecture.md``, "The common model interface").
+"""The one interface every model implements (``ARCHITECTURE.md``, "The model interface").
 
 A model is built from its hyper-parameters (a dataclass ``Config``) and the dataset's sizes, fitted on the
 training view, and scores batches of histories against all items or against given candidate lists. The harness

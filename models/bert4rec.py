@@ -37,10 +37,8 @@ from torch import nn
 
 from recbench.datasets.sequences import PAD, Histories
 from recbench.models.base import NeuralRecommender, ScoreFactors, require_choice
-from recbench.models.transformer import (POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows,
-                                window_matrix)
+from recbench.models.transformer import POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
-
 
 SOFTMAX_CLASSES = ("vocabulary", "items")
 # The official vocabulary (vocab.py FreqVocab): 0 (padding), the n items, then [pad], [MASK] and [NO_USE].

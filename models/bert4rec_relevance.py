@@ -1,4 +1,4 @@
-"""BERT4Rec for relevance prediction, as the second source describes it (``paper.md``, "Two tasks", task 2): "L
+"""BERT4Rec for relevance prediction, as the second source describes it (``PAPER.md``, "Two tasks", task 2): "L
 Transformer layers, mean pooling over hidden vectors, then a BCE head against the candidate".
 
 - Encoder: BERT4Rec's (§3.3–3.4 of Sun et al. 2019, :mod:`models.transformer`): item plus learnable positional

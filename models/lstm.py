@@ -1,4 +1,4 @@
-"""LSTM next-item baseline of the suite's second source (``docs/paper.md``, "Two tasks"; that source is
+"""LSTM next-item baseline of the suite's second source (``PAPER.md``, "Two tasks"; that source is
 described there, not named).
 
 - Item vectors: e_v = E[v] (d-dimensional).

@@ -1,4 +1,4 @@
-"""The LSTM baseline of the second source for relevance prediction (``paper.md``, "Two tasks", task 2).
+"""The LSTM baseline of the second source for relevance prediction (``PAPER.md``, "Two tasks", task 2).
 
 The network is :class:`models.lstm.LSTM`'s, unchanged:
 - user vector u_t = w_1 o_t + w_2 (1/t) Σ_{k≤t} e_{vk}, the learned weighted sum of the LSTM's last output and the

@@ -1,4 +1,4 @@
-"""What the relevance-prediction models share (``paper.md``, "Two tasks", task 2): given a history and one
+"""What the relevance-prediction models share (``PAPER.md``, "Two tasks", task 2): given a history and one
 candidate item, the probability that the user likes the candidate, trained with binary cross-entropy on sampled
 negative candidates plus L2 (the trainer's ``weight_decay`` with ``optimizer = "adam"``, which folds λ‖θ‖² into
 the gradient).

@@ -44,10 +44,8 @@ import torch.nn.functional as F
 from recbench.datasets.sequences import PAD, Histories
 from recbench.models.base import NeuralRecommender, ScoreFactors, require_choice
 from recbench.models.sampling import InteractionSet, uniform_negatives
-from recbench.models.transformer import (INITS, EncoderConfig, check_encoder_fields, sliding_windows,
-                                window_matrix)
+from recbench.models.transformer import INITS, EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy, trim_padding
-
 
 SASREC_BLOCKS = {"official": "sasrec", "pre-ln": "pre-ln", "post-ln": "post-ln"}  # our name → the encoder's
 

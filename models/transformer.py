@@ -92,7 +92,7 @@ class EncoderConfig:
     use_layernorm: bool = True
     use_residual: bool = True
     layer_norm_eps: float = 1e-5
-    init: str = "truncated_normal"  # "truncated_normal" (std init_std, cut at 2σ: BERT) or "xavier" (TF's glorot_uniform)
+    init: str = "truncated_normal"  # "truncated_normal" (init_std, cut at 2σ: BERT) or "xavier" (TF's glorot_uniform)
     init_std: float = 0.02
 
     def __post_init__(self):

@@ -25,8 +25,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from recbench.datasets.sequences import PAD
-from recbench.models.transformer import (FeedForward, MultiHeadAttention, SequenceEncoder, TransformerBlock, merge_heads,
-                                split_heads)
+from recbench.models.transformer import (
+    FeedForward,
+    MultiHeadAttention,
+    SequenceEncoder,
+    TransformerBlock,
+    merge_heads,
+    split_heads,
+)
 
 _ATTENTION_SLICE_FLOATS = 1 << 21  # attention weights per recomputed slice in CPU training (8 MB)
 

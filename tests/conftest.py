@@ -1,10 +1,15 @@
-"""Shared test fixtures: where the staged real data lives, and a small synthetic dataset."""
-from pathlib import Path
-
+"""Fixtures shared by several test modules (the plain helpers they share are in ``tests/helpers.py``)."""
 import pytest
+import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
 
-requires_shared_data = pytest.mark.skipif(
-    not SHARED_DATA.is_dir(), reason=f"real data folder {SHARED_DATA} is absent")
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread while a module runs, restored after it: small models are faster on one thread, and
+    two threads crawl when another process holds a core. A module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``, so that its module-scoped fixtures train on one
+    thread too."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

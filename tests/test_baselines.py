@@ -38,14 +38,8 @@ SMALL = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These networks are tiny: intra-op threads only add overhead, and on a shared CPU they spin against each
-    other (several times slower). Restored after this module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# These networks are tiny: intra-op threads only add overhead, and on a shared CPU they spin against each other.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(name: str, data: SequenceData, seed: int = 0, **changes):
@@ -101,7 +95,7 @@ def trained(chain):
 
 
 @pytest.fixture(scope="module")
-def test_batch(chain):
+def scored_users(chain):
     view = chain.test()
     rows = np.arange(0, len(view), 7)  # 43 users, histories of every length
     return view, rows
@@ -127,9 +121,18 @@ def test_beats_pop_on_the_test_split(name, chain, evaluator, trained):
     assert ndcg > 1.25 * baseline, f"{name}: NDCG@10 {ndcg:.4f} vs POP {baseline:.4f}"
 
 
+def test_pop_scores_count_training_interactions_only():
+    """POP must not count validation and test items, or it would leak them into its ranking."""
+    data = SequenceData.from_sequences("tiny", [[1, 2, 3, 4], [2, 3, 5]], n_items=6)
+    pop = model_class("pop")(data.n_users, data.n_items)
+    pop.fit(LeaveOneOutSplit(data).train())  # the training sequences [1, 2] and [2]
+    scores = pop.score(torch.tensor([0, 1]), torch.zeros(2, 1, dtype=torch.long), None)
+    assert scores.tolist() == [[0, 1, 2, 0, 0, 0, 0]] * 2  # items 3, 4, 5 are validation or test targets
+
+
 @pytest.mark.parametrize("name", BASELINES)
-def test_candidate_scores_equal_gathered_full_scores(name, trained, test_batch):
-    model, (view, rows) = trained[name], test_batch
+def test_candidate_scores_equal_gathered_full_scores(name, trained, scored_users):
+    model, (view, rows) = trained[name], scored_users
     users, histories = inputs(model, view, rows)
     candidates = torch.from_numpy(np.random.default_rng(0).integers(1, view.items.max() + 1, (len(rows), 30)))
     with torch.inference_mode():
@@ -140,8 +143,8 @@ def test_candidate_scores_equal_gathered_full_scores(name, trained, test_batch):
 
 
 @pytest.mark.parametrize("name", BASELINES)
-def test_batch_of_one_equals_the_same_user_in_a_batch(name, trained, test_batch):
-    model, (view, rows) = trained[name], test_batch
+def test_batch_of_one_equals_the_same_user_in_a_batch(name, trained, scored_users):
+    model, (view, rows) = trained[name], scored_users
     users, histories = inputs(model, view, rows)
     with torch.inference_mode():
         together = model.score(users, histories, None)
@@ -151,8 +154,8 @@ def test_batch_of_one_equals_the_same_user_in_a_batch(name, trained, test_batch)
 
 
 @pytest.mark.parametrize("name", BASELINES)
-def test_more_left_padding_changes_nothing(name, trained, test_batch):
-    model, (view, rows) = trained[name], test_batch
+def test_more_left_padding_changes_nothing(name, trained, scored_users):
+    model, (view, rows) = trained[name], scored_users
     users, histories = inputs(model, view, rows)
     wider = torch.cat([torch.full((len(rows), 9), PAD), histories], 1)
     with torch.inference_mode():
@@ -178,9 +181,9 @@ def test_training_outputs_at_step_t_equal_scoring_the_prefix(name, trained, chai
         torch.testing.assert_close(scored, model.item_scores(states[:, t]), rtol=1e-5, atol=1e-5)
 
 
-def test_history_models_read_only_their_window(trained, test_batch):
+def test_history_models_read_only_their_window(trained, scored_users):
     """FPMC reads the last item, Caser the last L, NCF none: older items never change their scores."""
-    view, rows = test_batch
+    view, rows = scored_users
     for name, reads in (("fpmc", 1), ("caser", trained["caser"].config.L), ("ncf", 0)):
         model = trained[name]
         users, histories = inputs(model, view, rows, width=12)
@@ -269,7 +272,8 @@ def test_interrupted_training_resumes_to_the_same_weights(name, tmp_path):
 
     interrupted = build(name, split.data)
     with pytest.raises(KeyboardInterrupt):
-        trainer(name, checkpoint=str(checkpoint), **quick).fit(interrupted, split.train(), crash_at_third_validation)
+        trainer(name, checkpoint=str(checkpoint), **quick).fit(interrupted, split.train(),
+                                                               crash_at_third_validation)
     resumed = build(name, split.data, seed=99)  # a different init: everything must come from the checkpoint
     report = trainer(name, checkpoint=str(checkpoint), **quick).fit(resumed, split.train(), None)
     assert report.epochs_run == 4
@@ -283,8 +287,8 @@ def test_smoke_profile_resolves_and_trains(name, tmp_path):
     data = chain_data(n_users=60, n_items=80, length=12, seed=4, name="synthetic")
     split = LeaveOneOutSplit(data)
     model = model_class(name)(data.n_users, data.n_items, config.model)
-    report = Trainer(dataclasses.replace(config.train, max_epochs=1), TrainRun(progress=False)).fit(model, split.train(),
-                                                                                                  None)
+    trainer = Trainer(dataclasses.replace(config.train, max_epochs=1), TrainRun(progress=False))
+    report = trainer.fit(model, split.train(), None)
     assert report.epochs_run == 1
     for paper in ("ml-1m", "beauty"):
         resolve(name, paper, "paper")  # every dataset's paper profile is valid
@@ -297,8 +301,9 @@ BAD_SETTINGS = [  # (model, field, value, the message after "field=value must ")
     ("ncf", "factors", 0, "be >= 1"), ("ncf", "negatives", 0, "be >= 1"), ("ncf", "init_std", 0.0, "be > 0"),
     ("ncf", "mlp_layers", (33, 16), "start with an even width"), ("ncf", "mlp_layers", (64,), "list at least two"),
     ("ncf", "mlp_layers", (64, 0), "list at least two"), ("ncf", "towers", "both", "be one of"),
-    ("gru4rec", "hidden", 0, "be >= 1"), ("gru4rec", "layers", 0, "be >= 1"), ("gru4rec", "session_batch", 0, "be >= 1"),
-    ("gru4rec", "max_len", 0, "be >= 1"), ("gru4rec", "embedding", -1, "be >= 0"),
+    ("gru4rec", "hidden", 0, "be >= 1"), ("gru4rec", "layers", 0, "be >= 1"),
+    ("gru4rec", "session_batch", 0, "be >= 1"), ("gru4rec", "max_len", 0, "be >= 1"),
+    ("gru4rec", "embedding", -1, "be >= 0"),
     ("gru4rec", "dropout_hidden", 1.0, "be in [0, 1)"), ("gru4rec", "dropout_embed", -0.1, "be in [0, 1)"),
     ("gru4rec", "final_act", "relu", "be one of linear, tanh"),
     ("gru4rec", "loss", "cross-entropy", "be one of top1, bpr"),

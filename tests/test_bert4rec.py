@@ -14,7 +14,9 @@ from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models.bert4rec import BERT4Rec, BERT4Rec1Mask, BERT4RecConfig
 from recbench.models.pop import Pop
 from recbench.models.transformer import SequenceEncoder
-from tests.test_transformers import chain_data, histories, one_thread  # noqa: F401 (autouse fixture)
+from tests.helpers import chain_data, histories
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 N_ITEMS = 40
 
@@ -219,7 +221,23 @@ def test_scores_come_from_the_mask_position_through_eq7(classes):
     assert torch.allclose(m.score(torch.tensor([0]), history, None), expected, atol=1e-5)
 
 
-def test_output_layer_shares_the_item_embedding_and_the_official_vocabulary():
+def test_output_layer_scores_each_item_with_its_input_embedding_row():
+    """Eq. 7's E is the input item embedding: changing an item's row changes that item's score and no other
+    (the item is not in the history, so the hidden state is unchanged), by the transformed hidden vector · Δ."""
+    m = model().eval()
+    users, history = torch.tensor([0]), histories([[3, 9, 27]], width=9)
+    with torch.no_grad():
+        before = m.score(users, history, None)
+        hidden, _ = m.encoder(m.append_mask(history))
+        h = m.head_norm(torch.nn.functional.gelu(m.projection(hidden[-1:])))[0]
+        m.encoder.item_embedding.weight[5] += 1.0
+        after = m.score(users, history, None)
+    changed = torch.nonzero(after[0] != before[0]).flatten().tolist()
+    assert changed == [5]
+    assert (after[0, 5] - before[0, 5]).item() == pytest.approx(h.sum().item(), abs=1e-4)
+
+
+def test_output_layer_spans_the_official_vocabulary():
     m = model()  # the official vocabulary: padding, items, [MASK] and two unused special tokens
     assert m.encoder.item_embedding.weight.shape == (N_ITEMS + 4, 16) and m.output_bias.shape == (N_ITEMS + 4,)
     assert not any(p.shape == (N_ITEMS, 16) or p.shape == (16, N_ITEMS) for p in m.parameters())

@@ -21,8 +21,7 @@ from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class, model_names
 from recbench.models.base import NeuralRecommender
-from tests.test_evaluator import FixedScorer, repeat_data
-from tests.test_transformers import chain_data
+from tests.helpers import FixedScorer, chain_data, repeat_data
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")]

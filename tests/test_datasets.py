@@ -9,14 +9,22 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import recbench.datasets.loader
-
-from recbench import datasets
-from recbench.datasets import (DATASET_NAMES, DatasetFormatError, LeaveOneOutSplit, MissingDataError, Preprocessing,
-                      dataset_names, load_dataset, prepare, read_interactions, resolve_cache_dir,
-                      resolve_data_dir)
+from recbench.datasets import (
+    DATASET_NAMES,
+    DatasetFormatError,
+    LeaveOneOutSplit,
+    MissingDataError,
+    Preprocessing,
+    dataset_names,
+    load_dataset,
+    loader,
+    prepare,
+    read_interactions,
+    resolve_cache_dir,
+    resolve_data_dir,
+)
 from recbench.datasets.__main__ import main as datasets_cli
-from tests.conftest import SHARED_DATA, requires_shared_data
+from tests.helpers import SHARED_DATA, requires_shared_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 
@@ -209,7 +217,7 @@ def test_provenance_records_file_hash_settings_and_url(data_dir, cache):
     path = stage(data_dir, "steam.txt", "steam.txt")
     provenance = load_dataset("steam", data_dir, cache, download=False).provenance
     assert provenance["file"] == str(path)
-    assert provenance["file_sha256"] == datasets.loader.sha256_of(path)
+    assert provenance["file_sha256"] == loader.sha256_of(path)
     assert provenance["upstream_url"].endswith("FeiSun/BERT4Rec/master/data/steam.txt")
     assert provenance["preprocessing"]["min_user_interactions"] == 5
     assert provenance["format"] == "user-item"
@@ -225,7 +233,7 @@ def test_second_load_comes_from_the_cache(data_dir, cache, monkeypatch):
     def no_parsing(*args, **kwargs):
         raise AssertionError("the cached dataset should have been used")
 
-    monkeypatch.setattr(datasets.loader, "read_interactions", no_parsing)
+    monkeypatch.setattr(loader, "read_interactions", no_parsing)
     second = load_dataset("ml-20m", data_dir, cache, download=False)
     assert second.content_sha256() == first.content_sha256()
     assert second.provenance == first.provenance

@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import recbench.datasets.registry
-
-from recbench import datasets
-from recbench.datasets import ChecksumError, DownloadError, MissingDataError, load_dataset
+from recbench.datasets import ChecksumError, DownloadError, MissingDataError, load_dataset, registry
 from recbench.datasets.download import download
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
@@ -81,8 +78,8 @@ def server():
 @pytest.fixture
 def urls(monkeypatch):
     """A private copy of the registry's URL table, so tests can point datasets at the local server."""
-    table = dict(datasets.registry.URLS)
-    monkeypatch.setattr(datasets.registry, "URLS", table)
+    table = dict(registry.URLS)
+    monkeypatch.setattr(registry, "URLS", table)
     return table
 
 

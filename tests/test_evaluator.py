@@ -1,6 +1,5 @@
-"""The shared evaluator against hand-computed values, ties, leakage and the candidate rules of protocol.md."""
+"""The shared evaluator against hand-computed values, ties, leakage and the candidate rules of PROTOCOL.md."""
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -10,37 +9,8 @@ from recbench.benchmarks.evaluator import Evaluator, ScoreError
 from recbench.benchmarks.metrics import per_user_metrics
 from recbench.benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
-from recbench.models.base import Recommender, ScoreFactors, gather_candidates
-from tests.conftest import SHARED_DATA, requires_shared_data
-
-
-@dataclass
-class _NoConfig:
-    pass
-
-
-class FixedScorer(Recommender):
-    """Scores every item with ``table[user, item]``; records every history it was shown."""
-
-    name = "fixed"
-    Config = _NoConfig
-
-    def __init__(self, table: np.ndarray, history_length: int = 8):
-        super().__init__(table.shape[0], table.shape[1] - 1, _NoConfig())
-        self.table = torch.as_tensor(table, dtype=torch.float32)
-        self._history_length = history_length
-        self.seen_histories = []
-
-    @property
-    def history_length(self):
-        return self._history_length
-
-    def fit(self, train, validate, settings):
-        return {}
-
-    def score(self, users, histories, candidates):
-        self.seen_histories.append(histories.clone())
-        return gather_candidates(self.table[users], candidates)
+from recbench.models.base import ScoreFactors, gather_candidates
+from tests.helpers import SHARED_DATA, FixedScorer, repeat_data, requires_shared_data
 
 
 def toy_data(n_users=30, n_items=400, length=12, seed=0) -> SequenceData:
@@ -326,13 +296,6 @@ def test_full_ranking_never_writes_into_a_returned_stored_tensor(tmp_path):
     assert np.array_equal(result.counts.greater, reference_full_counts(FixedScorer(table), split, "test")[0])
 
 
-def repeat_data(n_users=50, n_items=40, seed=0) -> SequenceData:
-    """Histories with repeated items and targets that were consumed before."""
-    rng = np.random.default_rng(seed)
-    return SequenceData.from_sequences("repeats", [rng.integers(1, n_items + 1, rng.integers(3, 30))
-                                                   for _ in range(n_users)], n_items=n_items)
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_full_counts_equal_the_masking_reference_with_ties_repeats_and_infinities(seed, tmp_path):
     data = repeat_data(seed=seed)
@@ -389,18 +352,18 @@ def test_chunks_fit_the_cpu_budget():
 
 
 def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
-    import recbench.datasets.progress
-    from recbench import datasets
+    from recbench.datasets import progress
+
     shown = []
 
-    class Recording(datasets.progress.tqdm):
+    class Recording(progress.tqdm):
         def update(self, n=1):
             if not self.disable and "sampling" not in self.desc:  # the evaluator's bar, not the sampler's
                 shown.append((self.total, n))
             return super().update(n)
 
-    monkeypatch.setattr(datasets.progress, "tqdm", Recording)
-    monkeypatch.setattr(datasets.progress, "PROGRESS_DELAY_S", 0.0)  # the bar shows at once, however fast
+    monkeypatch.setattr(progress, "tqdm", Recording)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)  # the bar shows at once, however fast
     data = toy_data(n_users=30)
     evaluator = Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path, batch_size=8)
     model = FixedScorer(np.zeros((data.n_users, data.n_items + 1)))

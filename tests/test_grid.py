@@ -13,7 +13,7 @@ import pytest
 
 import run_all
 from recbench.benchmarks.store import read_results
-from tests.conftest import ROOT, SHARED_DATA, requires_shared_data
+from tests.helpers import ROOT, SHARED_DATA, requires_shared_data
 
 # Small, deterministic jobs on the built-in synthetic data: budgets in epochs, no wall-clock cap.
 TINY = ["--set", "time_budget_s=none", "--set", "sasrec:max_len=20", "--set", "sasrec:hidden=16",
@@ -96,7 +96,11 @@ def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, 
     after = {(row["model"], row["protocol"]): row for row in rows(tmp_path)}
     assert after.keys() == before.keys() and len(rows(tmp_path)) == len(before)  # nothing lost, nothing doubled
     assert after[("bprmf", "full")] == before[("bprmf", "full")]  # the finished result survived the failure
-    assert after[("fpmc", "full")]["created"] >= before[("fpmc", "full")]["created"]  # jobs after it ran
+    # The jobs after it ran again: the rerun's manifest entry records POP and FPMC as finished, BPR-MF as failed.
+    rerun = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()][-1]
+    assert rerun["event"] == "end" and not rerun["skipped"]
+    assert set(rerun["finished"]) == {after[(model, "full")]["key"] for model in ("pop", "fpmc")}
+    assert rerun["failed"] == [after[("bprmf", "full")]["key"]]
     assert sorted(p.name for p in (tmp_path / "out" / "per_user").iterdir()) == files
     (failure,) = [json.loads(line) for line in (tmp_path / "out" / "failed.jsonl").read_text().splitlines()]
     assert failure["run_id"] == "synthetic/bprmf/seed0" and failure["error_type"] == "TypeError"
@@ -123,12 +127,12 @@ def test_missing_data_is_found_before_anything_is_prepared(tmp_path, capsys):
 
 
 def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monkeypatch):
-    import recbench.datasets.registry
-    from recbench import datasets
+    from recbench.datasets import registry
+
     with socket.socket() as closed:  # a port nobody listens on: every download fails at once
         closed.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    monkeypatch.setattr(datasets.registry, "URLS", {name: f"{dead}/{name}" for name in datasets.registry.URLS})
+    monkeypatch.setattr(registry, "URLS", {name: f"{dead}/{name}" for name in registry.URLS})
     monkeypatch.delenv("RECBENCH_DATA_DIR", raising=False)
     code, _, err = run(["--datasets", "beauty", "ml-1m"], tmp_path, capsys)
     assert code == 2 and "dataset 'beauty'" in err and "dataset 'ml-1m'" in err

@@ -29,7 +29,8 @@ def test_adam_weight_decay_steps_equal_the_official_equations():
               torch.tensor(bias, dtype=torch.float32, requires_grad=True)]
     optimizer = AdamWeightDecay([{"params": [params[0]]}, {"params": [params[1]], "weight_decay": 0.0}],
                                 lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
-    expected = [(weight, np.zeros_like(weight), np.zeros_like(weight)), (bias, np.zeros_like(bias), np.zeros_like(bias))]
+    expected = [(weight, np.zeros_like(weight), np.zeros_like(weight)),
+                (bias, np.zeros_like(bias), np.zeros_like(bias))]
     for step, lr in enumerate([1e-3, 5e-4, 2e-3]):  # three steps: m and v accumulate, lr set by a schedule
         for group in optimizer.param_groups:
             group["lr"] = lr

@@ -4,16 +4,13 @@ here) and nothing at all with ``progress=False``."""
 import numpy as np
 import pytest
 
-import recbench.datasets.progress
-
-from recbench import datasets
 from recbench.benchmarks.negatives import load_or_sample
-from recbench.datasets import generate, load_dataset, read_interactions
+from recbench.datasets import generate, load_dataset, progress, read_interactions
 
 
 @pytest.fixture
 def no_delay(monkeypatch):
-    monkeypatch.setattr(datasets.progress, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
 
 
 def test_negative_sampling_shows_users_done(no_delay, capsys):

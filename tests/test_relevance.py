@@ -13,8 +13,16 @@ import torch
 
 import run_all
 from recbench.benchmarks.evaluator import ScoreError
-from recbench.benchmarks.relevance import (PAIR_LABELS, PlattScaling, RelevanceEvaluator, accuracy, calibrate, log_loss,
-                                  relevance_metrics, roc_auc)
+from recbench.benchmarks.relevance import (
+    PAIR_LABELS,
+    PlattScaling,
+    RelevanceEvaluator,
+    accuracy,
+    calibrate,
+    log_loss,
+    relevance_metrics,
+    roc_auc,
+)
 from recbench.benchmarks.store import read_results
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets import generate

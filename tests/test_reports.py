@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from recbench.benchmarks.metrics import per_user_metrics
+from recbench.benchmarks.metrics import DEFAULT_METRICS, per_user_metrics
 from recbench.reports import generate_report
 from recbench.reports.__main__ import main as cli
 from recbench.reports.published import load_published
@@ -23,8 +23,14 @@ from recbench.reports.render import latex_escape
 from recbench.reports.results import ResultsError, load_results
 from recbench.reports.stats import PerUser
 from recbench.reports.tables import main_table
-from tests.fixtures.reports_fixture import (build_fixture, counts_for, ranking_row, relevance_row,
-                                            write_attention, write_results)
+from tests.fixtures.reports_fixture import (
+    build_fixture,
+    counts_for,
+    ranking_row,
+    relevance_row,
+    write_attention,
+    write_results,
+)
 
 MODELS = {"POP": "pop", "GRU4Rec": "gru4rec", "SASRec": "sasrec", "BERT4Rec": "bert4rec"}
 DATASETS = {"ML-1m": "ml-1m", "Beauty": "beauty"}
@@ -165,6 +171,7 @@ def test_identical_models_get_no_significance_mark(tmp_path):
     rows = [ranking_row(tmp_path, "ml-1m", model, 0, counts=counts) for model in ("sasrec", "bert4rec")]
     generate_report(write_results(tmp_path, rows))
     _, cells = table2_cells(tmp_path)
+    assert set(cells) == {("ML-1m", metric) for metric in DEFAULT_METRICS}
     assert not any("†" in c or "‡" in c for row in cells.values() for c in row.values())
     assert all(row["Improv."] == "+0.00%" for row in cells.values())
 
@@ -447,8 +454,11 @@ def test_a_mix_of_profiles_labels_the_smoke_results_and_keeps_improvement_for_th
     generate_report(write_results(tmp_path, rows))
     header, cells = table2_cells(tmp_path)
     assert header[-1] == "Improv."
-    assert all(row["Improv."] == "–" for (dataset, _), row in cells.items() if dataset == "ML-1m")
-    assert all(row["Improv."].endswith("%") for (dataset, _), row in cells.items() if dataset == "Beauty")
+    improvement = {dataset: [row["Improv."] for (name, _), row in cells.items() if name == dataset]
+                   for dataset in ("ML-1m", "Beauty")}
+    assert len(improvement["ML-1m"]) == len(improvement["Beauty"]) == len(DEFAULT_METRICS)
+    assert all(cell == "–" for cell in improvement["ML-1m"])
+    assert all(cell.endswith("%") for cell in improvement["Beauty"])
     markdown = (tmp_path / "tables" / "table2_pop100.md").read_text()
     assert "(partly smoke profile: installation check, not the paper's settings)" in markdown
     assert "From the smoke profile: POP on ML-1m, SASRec on ML-1m, BERT4Rec on ML-1m;" in markdown

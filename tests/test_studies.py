@@ -1,15 +1,25 @@
 """The study job builders (ablation, sensitivity, Cloze) and one tiny study run end to end through the runner."""
 import json
 
+import numpy as np
 import pytest
 
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.options import RunOptions
-from recbench.benchmarks.studies import ABLATIONS, ablation_jobs, build_jobs, cloze_jobs, parse_args, sensitivity_jobs, \
-    study_table
+from recbench.benchmarks.studies import (
+    ABLATIONS,
+    ablation_jobs,
+    build_jobs,
+    cloze_jobs,
+    parse_args,
+    sensitivity_jobs,
+    study_table,
+)
 from recbench.models import model_class
-from tests.test_transformers import chain_data, one_thread  # noqa: F401 (autouse fixture)
+from tests.helpers import chain_data
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("model", ["bert4rec", "sasrec"])
@@ -83,6 +93,11 @@ def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
         ("ablation", "default", None), ("ablation", "w/o PE", None),
         ("sensitivity", "hidden=4", {"param": "hidden", "value": 4})]
     assert written[1]["hyperparameters"]["use_position"] is False and written[2]["hyperparameters"]["hidden"] == 4
-    assert list((tmp_path / "attention").glob("*.npz"))  # both models save heat-map weights
+    for row in written:  # both models save heat-map weights: every layer and head over one user's test input
+        with np.load(tmp_path / row["attention_file"]) as saved:
+            weights, items = saved["weights"], saved["items"]
+        assert weights.shape == (2, 1, len(items), len(items))  # layers, heads (heads=1), positions, positions
+        assert np.allclose(weights.sum(-1)[..., items != 0], 1.0, atol=1e-5)  # each real query's weights sum to 1
+    assert len({row["attention_file"] for row in written}) == 3  # one file per job
     table = study_table(written[:2])
     assert "w/o PE" in table and "chain bert4rec (pop100)" in table

@@ -8,39 +8,18 @@ import numpy as np
 import pytest
 import torch
 
+import recbench.models.transformer_fast as transformer_fast
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
-from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
-import recbench.models.transformer_fast as transformer_fast
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models import model_class
 from recbench.models.pop import Pop
 from recbench.models.sasrec import SASRec, SASRecCE, SASRecConfig
 from recbench.models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy
+from tests.helpers import chain_data, histories
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: one thread is faster, and two threads crawl when another process holds a core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def chain_data(n_users=300, n_items=150, follow=0.85, seed=0) -> SequenceData:
-    """Sequences that mostly follow one fixed successor per item (a random permutation), else jump anywhere:
-    the next item is predictable from the last one, which POP cannot exploit."""
-    rng = np.random.default_rng(seed)
-    successor = rng.permutation(n_items) + 1
-    sequences = []
-    for _ in range(n_users):
-        sequence = [int(rng.integers(1, n_items + 1))]
-        for _ in range(int(rng.integers(6, 25)) - 1):
-            jump = rng.random() >= follow
-            sequence.append(int(rng.integers(1, n_items + 1)) if jump else int(successor[sequence[-1] - 1]))
-        sequences.append(sequence)
-    return SequenceData.from_sequences("chain", sequences, n_items=n_items)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small(model: str, seed: int = 0, **changes):
@@ -49,14 +28,6 @@ def small(model: str, seed: int = 0, **changes):
     cls = model_class(model)
     base = dict(max_len=12, hidden=16, heads=2, dropout=0.1, attention_dropout=0.1)
     return cls(10, 40, cls.Config(**{**base, **changes})).eval()
-
-
-def histories(rows, width=12) -> torch.Tensor:
-    """Left-padded (len(rows), width) matrix."""
-    out = torch.zeros(len(rows), width, dtype=torch.long)
-    for r, items in enumerate(rows):
-        out[r, width - len(items):] = torch.tensor(items)
-    return out
 
 
 HISTORIES = histories([[3, 7, 1, 9, 4], [5, 2, 8, 2, 6, 11, 30, 12, 17, 21, 33], [40]])

@@ -6,7 +6,7 @@ Every variant is the model's ``--profile paper`` configuration plus its own ``--
 epoch that is best on validation as the protocol selects it, and tests it on ``pop100`` and ``full``. With
 ``--merge-valid`` each variant is also retrained from scratch on ``s[:-1]``, the validation item merged into
 training as the BERT4Rec authors' data pipeline does (``gen_data_fin.py``: "put validate into train"), for the
-epoch count its protocol run selected; that number breaks ``protocol.md`` and is evidence only.
+epoch count its protocol run selected; that number breaks ``PROTOCOL.md`` ("Split") and is evidence only.
 
 A variant is ``NAME: FIELD=VALUE; FIELD=VALUE`` (model or trainer fields, as ``--set`` takes them). The pseudo
 field ``pretrain=EPOCHS`` (NCF only) first trains GMF and MLP alone for that many epochs each and starts NeuMF
@@ -17,7 +17,7 @@ CPU dropout masks of SASRec and BERT4Rec from float32 uniforms, as the official 
 every run, so an interrupted sweep keeps what it finished.
 
     python -m benchmarks.experiments.baseline_gaps --model bprmf --epochs 60 --seeds 0 1 \\
-        --variant "paper:" --variant "popularity negatives: sample_alpha=1.0" --data-dir ../shared/data
+        --variant "paper:" --variant "popularity negatives: sample_alpha=1.0" --data-dir DIR
 """
 from __future__ import annotations
 
@@ -176,8 +176,8 @@ def main(argv=None) -> int:
                "epochs": args.epochs, "patience": args.patience, "seeds": args.seeds,
                "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                "device": describe_device(torch.device("cpu")), "commit": git_commit(),
-               "selection": "best validation epoch of the budget (protocol.md); merged_valid_run: retrained on "
-                            "s[:-1] for that many epochs, outside protocol.md, evidence only",
+               "selection": "best validation epoch of the budget (PROTOCOL.md); merged_valid_run: retrained on "
+                            "s[:-1] for that many epochs, outside PROTOCOL.md, evidence only",
                "variants": []}
     for text in args.variants:
         name, overrides = parse_variant(text)
@@ -192,9 +192,10 @@ def main(argv=None) -> int:
                                                  "HR@10": mean([d["metrics"][p]["HR@10"] for d in done])}
                                              for p in ("pop100", "full")}
             last = entry["runs"][-1]["protocol_run"]
+            merged = entry["runs"][-1].get("merged_valid_run")
             print(f"{name:>28} seed {seed}: pop100 NDCG@10 {last['metrics']['pop100']['NDCG@10']:.4f}  full "
                   f"{last['metrics']['full']['NDCG@10']:.4f}  best epoch {last['best_epoch']}/{last['epochs_run']}"
-                  + (f"  | merged valid: pop100 {entry['runs'][-1]['merged_valid_run']['metrics']['pop100']['NDCG@10']:.4f}"
+                  + (f"  | merged valid: pop100 {merged['metrics']['pop100']['NDCG@10']:.4f}"
                      if args.merge_valid else ""), flush=True)
             write_json(Path(args.output), summary)
     print(f"written: {args.output}")

@@ -53,7 +53,7 @@ MARGIN_S = 20.0  # kept free at the end of an invocation (stopping a child, writ
 SPEED_NEEDS_S = 120.0  # least time left to start one speed measurement
 SPEED_NEEDS_S_GENERATED = 300.0  # ... on synthetic-ml-20m, generated first where no cache holds it (minutes)
 TRAIN_NEEDS_S = 90.0  # least time left to start or resume one training
-PAPER = "BERT4Rec paper, Table 2 (paper.md)"
+PAPER = "BERT4Rec paper, Table 2 (PAPER.md)"
 
 
 class Deadline:

@@ -11,7 +11,7 @@ while ``pop100`` (whose candidates are popular) keeps improving, that drift is t
 A variant is ``NAME: FIELD=VALUE; ...`` as ``--set`` takes them, with ``model=NAME`` to pick the model (default
 gru4rec); every variant runs ``--epochs`` epochs without early stopping (``--profile paper`` otherwise).
 
-    python -m benchmarks.experiments.gru4rec_collapse --dataset ml-100k --epochs 20 --data-dir ../shared/data \\
+    python -m benchmarks.experiments.gru4rec_collapse --dataset ml-100k --epochs 20 --data-dir DIR \\
         --variant "paper:" --variant "plus: model=gru4rec+" --output results/reference/gru4rec-collapse-ml-100k.json
 """
 from __future__ import annotations
@@ -62,7 +62,8 @@ def top10_popularity(model, evaluator: Evaluator, counts: np.ndarray) -> dict:
             scores[torch.from_numpy(rows), torch.from_numpy(items)] = -torch.inf
             found.append(counts[scores.topk(10, 1).indices.numpy()])
     found = np.concatenate(found)
-    return {"top10_median_count": float(np.median(found)), "top10_share_count_le5": round(float((found <= 5).mean()), 4)}
+    return {"top10_median_count": float(np.median(found)),
+            "top10_share_count_le5": round(float((found <= 5).mean()), 4)}
 
 
 def main(argv=None) -> int:

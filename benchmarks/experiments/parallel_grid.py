@@ -9,8 +9,8 @@ with the smoke profile and no wall-clock budget (``time_budget_s=none``), so bot
 work. A warm-up run prepares the data and the sampled negatives first, so that no timed run pays for them. The
 modes alternate (1, 2, 1, 2, ...) so that a change of machine load hits both alike; the load average is recorded
 before and after every run. The script also checks that both modes wrote identical metrics, and records each job's
-training seconds of the first ``--jobs 1`` run: no schedule on 2 workers ends before the longest job does. The figures go to
-``results/reference/parallel-grid.json``.
+training seconds of the first ``--jobs 1`` run: no schedule on 2 workers ends before the longest job does. The
+figures go to ``results/reference/parallel-grid.json``.
 """
 from __future__ import annotations
 
@@ -83,8 +83,9 @@ def main(argv=None) -> int:
         "command": "python -m benchmarks.experiments.parallel_grid " + " ".join(sys.argv[1:] if argv is None else argv),
         "commit": git_commit(), "cpu_threads": len(os.sched_getaffinity(0)), "models": args.models,
         "seeds": args.seeds, "jobs_in_grid": len(args.models) * len(args.seeds),
-        "train_seconds_per_job_jobs1": job_seconds, "longest_job_train_seconds": max(job_seconds.values()), "median_seconds_jobs1": round(serial, 2),
-        "median_seconds_jobs2": round(parallel, 2), "speedup": round(serial / parallel, 3),
+        "train_seconds_per_job_jobs1": job_seconds, "longest_job_train_seconds": max(job_seconds.values()),
+        "median_seconds_jobs1": round(serial, 2), "median_seconds_jobs2": round(parallel, 2),
+        "speedup": round(serial / parallel, 3),
         "metrics_identical": all(r["metrics_identical"] for r in runs), "runs": runs,
     }
     write_json(Path(args.output), summary)

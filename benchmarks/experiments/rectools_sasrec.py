@@ -2,13 +2,13 @@
 loss="BCE", n_negatives=1)`` on ML-1m, the same shape on both sides (N = 200, d = 64, 2 blocks, ``--heads``,
 batch 256, dropout 0.2, Adam lr 1e-3), interleaved in one process so that both see the same machine load:
 
-    python -m benchmarks.experiments.rectools_sasrec --data-dir ../shared/data --threads 1 --rounds 5 --steps 10
+    python -m benchmarks.experiments.rectools_sasrec --data-dir DIR --threads 1 --rounds 5 --steps 10
 
 RecTools is not a dependency of the suite, and RecTools 0.19 pins numpy < 2 and pandas < 3, so it lives in its
 own virtual environment that reuses this one's torch:
 
     python -m venv --system-site-packages .venv && .venv/bin/pip install "rectools[torch]==0.19.*"
-    .venv/bin/python -m benchmarks.experiments.rectools_sasrec --data-dir ../shared/data
+    .venv/bin/python -m benchmarks.experiments.rectools_sasrec --data-dir DIR
 
 A round times ``--steps`` training steps of each, ours first: ours through the shared trainer on the training
 sequences (s[:-2]) of ``steps × 256`` randomly chosen users, after one warm-up batch (as
@@ -19,7 +19,6 @@ is the median over rounds of seconds per step, and the ratio RecTools / ours (ab
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform

@@ -1,7 +1,7 @@
 """Reference numbers for the baselines under a fixed CPU budget: POP, BPR-MF, NCF, FPMC, GRU4Rec, GRU4Rec+,
 Caser and LSTM (plus SASRec and SASRec-CE when registered), paper profile, tested under ``full`` and ``pop100``.
 
-    python -m benchmarks.experiments.reference_baselines --datasets ml-1m --budget-min 5 --data-dir ../shared/data
+    python -m benchmarks.experiments.reference_baselines --datasets ml-1m --budget-min 5 --data-dir DIR
 
 Every model trains through :func:`benchmarks.grid.run_jobs` (one job at a time) with its paper profile and a
 wall-clock cap of ``--budget-min`` minutes (validation included); early stopping may end it sooner. The runner's
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.store import read_results, write_json
 from recbench.models import model_names

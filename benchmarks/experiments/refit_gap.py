@@ -1,18 +1,19 @@
-"""What a model loses because ``protocol.md`` never trains it on the validation item.
+"""What a model loses because the protocol (``PROTOCOL.md``, "Split") never trains it on the validation item.
 
 The protocol trains on ``s[:-2]`` and tests on ``s[:-1] -> s[-1]``. A sequential model still reads ``s[-2]`` in
 its test input; a user-factor model (BPR-MF, NCF) knows a user only through the items it was trained on, so
 its user vector never sees the user's most recent item. The BERT4Rec authors' code has no validation split and
-trains every model on ``s[:-1]``. This script measures the difference for the models named:
+trains BERT4Rec on ``s[:-1]`` (their baselines' code is not public). This script measures the difference for the
+models named:
 
 1. under the protocol: train on ``s[:-2]``, select on validation NDCG@10, test;
 2. refitted: train the same configuration from scratch on ``s[:-1]`` for the epoch count selected in 1 (no
    validation is possible then), test on the same candidates.
 
-The test item is never trained on in either. The second number breaks ``protocol.md`` (the validation target
+The test item is never trained on in either. The second number breaks ``PROTOCOL.md`` (the validation target
 becomes training data), so it is evidence for a closing note, never a row of a results table.
 
-    python -m benchmarks.experiments.refit_gap --dataset ml-1m --models bprmf ncf --data-dir ../shared/data
+    python -m benchmarks.experiments.refit_gap --dataset ml-1m --models bprmf ncf --data-dir DIR
 """
 from __future__ import annotations
 

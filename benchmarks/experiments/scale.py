@@ -20,7 +20,6 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.experiments.speed_transformers import load_average, measure, write_report
 from recbench.benchmarks.provenance import git_commit

@@ -3,7 +3,7 @@ every user, and peak memory, with the paper's ML-1m shape (N = 200, d = 64, L = 
 Beauty's (54,542 items, N = 50).
 
     python -m benchmarks.experiments.speed_transformers                          # real data from $RECBENCH_DATA_DIR
-    python -m benchmarks.experiments.speed_transformers --data-dir ../shared/data --datasets ml-1m --batches 20
+    python -m benchmarks.experiments.speed_transformers --data-dir DIR --datasets ml-1m --batches 20
     python -m benchmarks.experiments.speed_transformers --synthetic              # generated data of the same shape
 
 Training is timed through the shared :class:`benchmarks.trainer.Trainer` on ``--batches`` batches of randomly

@@ -1,0 +1,77 @@
+"""Helpers that several test modules use: where the staged real data lives, small synthetic datasets, a left-padded
+history builder and a scorer with fixed scores. Test modules import them from here, never from one another; the
+shared fixtures are in ``conftest.py``."""
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from recbench.datasets.sequences import SequenceData
+from recbench.models.base import Recommender, gather_candidates
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+requires_shared_data = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason=f"real data folder {SHARED_DATA} is absent")
+
+
+def chain_data(n_users=300, n_items=150, follow=0.85, seed=0) -> SequenceData:
+    """Sequences that mostly follow one fixed successor per item (a random permutation), else jump anywhere:
+    the next item is predictable from the last one, which POP cannot exploit."""
+    rng = np.random.default_rng(seed)
+    successor = rng.permutation(n_items) + 1
+    sequences = []
+    for _ in range(n_users):
+        sequence = [int(rng.integers(1, n_items + 1))]
+        for _ in range(int(rng.integers(6, 25)) - 1):
+            jump = rng.random() >= follow
+            sequence.append(int(rng.integers(1, n_items + 1)) if jump else int(successor[sequence[-1] - 1]))
+        sequences.append(sequence)
+    return SequenceData.from_sequences("chain", sequences, n_items=n_items)
+
+
+def repeat_data(n_users=50, n_items=40, seed=0) -> SequenceData:
+    """Histories with repeated items and targets that were consumed before."""
+    rng = np.random.default_rng(seed)
+    return SequenceData.from_sequences("repeats", [rng.integers(1, n_items + 1, rng.integers(3, 30))
+                                                   for _ in range(n_users)], n_items=n_items)
+
+
+def histories(rows, width=12) -> torch.Tensor:
+    """Left-padded (len(rows), width) matrix."""
+    out = torch.zeros(len(rows), width, dtype=torch.long)
+    for r, items in enumerate(rows):
+        out[r, width - len(items):] = torch.tensor(items)
+    return out
+
+
+@dataclass
+class _NoConfig:
+    pass
+
+
+class FixedScorer(Recommender):
+    """Scores every item with ``table[user, item]``; records every history it was shown."""
+
+    name = "fixed"
+    Config = _NoConfig
+
+    def __init__(self, table: np.ndarray, history_length: int = 8):
+        super().__init__(table.shape[0], table.shape[1] - 1, _NoConfig())
+        self.table = torch.as_tensor(table, dtype=torch.float32)
+        self._history_length = history_length
+        self.seen_histories = []
+
+    @property
+    def history_length(self):
+        return self._history_length
+
+    def fit(self, train, validate, settings):
+        return {}
+
+    def score(self, users, histories, candidates):
+        self.seen_histories.append(histories.clone())
+        return gather_candidates(self.table[users], candidates)
