@@ -32,7 +32,8 @@ data files and the commit. In the checkout, before the first call and after each
     python -m recbench.benchmarks.experiments.gpu_check --prepare-carry --data-dir DIR [--archive FILE]
 
 (``FILE``: the ``gpu_check.tar.gz`` that came back), then one call with carry [".cache/gpu-check"],
-timeout_s 600 and this command (``--print-device-command`` prints it):
+timeout_s 600 and this command (``--print-device-command`` prints it; add ``--device-minutes M`` to its
+gpu_check where less than 30 minutes of device time are left before the first call, the same in every call):
 
     set -o pipefail; export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 RECBENCH_COMMIT="$(cat .cache/gpu-check/commit 2>/dev/null)"; { python3 -m pip install -q --no-index --no-deps --no-build-isolation --root-user-action=ignore -e . || { echo "pip install failed: recbench imported through links in /tmp/rb"; mkdir -p /tmp/rb/recbench; for d in datasets models benchmarks reports; do ln -sfn "$PWD/$d" /tmp/rb/recbench/$d; done; export PYTHONPATH=/tmp/rb; }; python3 -m recbench.benchmarks.experiments.gpu_check --carry .cache/gpu-check --out /tmp/gpu-check --cache-dir /tmp/recbench-cache --pack-to "$OUT" --max-minutes 9; } 2>&1 | tee "$OUT/gpu_check.log"
 
@@ -413,7 +414,7 @@ def training_summary(out: Path, dataset: str, seed: int) -> dict | None:
     if not rows:
         checkpoints = sorted((out / "bert4rec" / "checkpoints").glob(f"{dataset}__bert4rec__seed{seed}__*.pt"))
         return {"plan": plan, "progress": gpu_plan.progress(checkpoints[-1], plan)} if checkpoints and plan else (
-            {"plan": plan, "progress": {"state": "not started"}} if plan else None)
+            {"plan": plan, "progress": {"state": "no epoch finished yet"}} if plan else None)
     row = next(iter(rows.values()))
     settings = row["train_settings"]
     schedule = {"authors_max_steps": plan and plan["authors_max_steps"], "max_steps": settings["max_steps"],
