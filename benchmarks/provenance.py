@@ -2,6 +2,7 @@
 the device, and the job's peak memory."""
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -10,9 +11,12 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# The commit of a checkout copied without its .git folder (a device machine's copy), set by whoever copied it.
+COMMIT_ENV = "RECBENCH_COMMIT"
 
 
 def git_commit() -> str:
+    """The checkout's commit, "-dirty" when its code differs; else ``$RECBENCH_COMMIT``; else "unknown"."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                 check=True).stdout.strip()
@@ -21,7 +25,7 @@ def git_commit() -> str:
                                cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get(COMMIT_ENV) or "unknown"
 
 
 def library_versions() -> dict:

@@ -74,11 +74,12 @@ def user_sample(data: SequenceData, users: int, seed: int = 0) -> SequenceData:
 
 def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: str | None, generated: bool,
             threads: int | None, seed: int = 0, cache_dir: str | None = None, config_dataset: str | None = None,
-            users: int | None = None) -> dict:
+            users: int | None = None, overrides: tuple = ()) -> dict:
     """One model on one dataset (a name of ``SHAPES`` with ``generated``, else any registry name), in the calling
     process (see :func:`main` for the fresh process). ``config_dataset``: whose per-dataset configuration to
     use (default ``dataset``). ``users``: measure on that many randomly chosen users; the epoch and evaluation
-    figures are then projected to all users in proportion."""
+    figures are then projected to all users in proportion. ``overrides``: ``--set`` values applied last, e.g.
+    ``precision=bf16`` (the row records the precision trained in)."""
     from recbench.datasets import load_dataset
 
     if threads:
@@ -90,7 +91,7 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     if users and users < data.n_users:
         data = user_sample(data, users, seed)
     scale = all_users / data.n_users  # measured users -> all users
-    overrides = (*SHAPE, *SPEED_ONLY.get(model_name, ()), "max_epochs=1", "warmup_steps=0")
+    overrides = (*SHAPE, *SPEED_ONLY.get(model_name, ()), "max_epochs=1", "warmup_steps=0", *overrides)
     config = resolve(model_name, config_dataset or dataset, "paper", overrides)
     settings, run = config.train, TrainRun(seed=seed, progress=False)
     split = LeaveOneOutSplit(data)
@@ -118,6 +119,8 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
         "dataset": dataset, "model": model_name, "device": describe_device(device),
         "data": data.name + (" (synthetic)" if generated else f", sha256 {data.content_sha256()[:12]}"),
         "hyperparameters": dataclasses.asdict(config.model), "batch_size": settings.batch_size,
+        # bf16 autocast applies on CUDA only; the CPU trains in float32 whatever the setting says
+        "precision": settings.precision, "bf16_autocast": settings.precision == "bf16" and device.type == "cuda",
         "timed_sequences": rows, "train_seconds": round(seconds, 2),
         "train_sequences_per_s": round(rows / seconds, 1), "train_cpu_seconds": round(cpu, 2),
         "train_steps_per_s": float(f"{math.ceil(rows / settings.batch_size) / seconds:.3g}"),
