@@ -9,8 +9,8 @@ gets :class:`~benchmarks.worker.JobOutcome` values back as jobs finish; workers 
   A worker that dies (killed, out of memory) ends its job; the jobs it left unfinished are run again, resuming
   from their checkpoints, at most :data:`RETRIES` times.
 - ``dask_scheduler = ADDRESS``: joblib's Dask backend sends the jobs to a running Dask cluster (``pip install
-  -e ".[distributed]"``). Each dataset is sent to the workers once. Workers must run from a checkout of the same
-  code (``PYTHONPATH=<checkout>``); a job uses as many torch threads as its Dask worker has threads.
+  -e ".[distributed]"``). Each dataset is sent to the workers once. The scheduler and every worker must have the
+  same code installed (``pip install -e <checkout>``); a job uses as many torch threads as its Dask worker has.
 """
 from __future__ import annotations
 
@@ -80,8 +80,9 @@ class Executor:
         if where:
             self.client.close()
             raise GridError(f"the Dask cluster at {self.dask_scheduler} cannot run the suite ({'; '.join(where)}): "
-                              f"start the scheduler and every worker from a checkout of this code, e.g. "
-                              f"PYTHONPATH=/path/to/checkout dask worker {self.dask_scheduler}")
+                              f"install this code where the scheduler and every worker run (pip install -e "
+                              f"/path/to/checkout) and start them from that Python, e.g. "
+                              f"python -m distributed.cli.dask_worker {self.dask_scheduler}")
 
     def _cuda_pool(self, n_jobs: int):
         """A queue shared by the workers: every visible CUDA device, each ceil(n_jobs / devices) times."""

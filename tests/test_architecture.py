@@ -133,3 +133,38 @@ def test_harness_core_functions_are_short():
         if lines > MAX_LINES or len(parameters) > MAX_PARAMETERS:
             long.append(f"{name}: {lines} lines, {len(parameters)} parameters")
     assert not long, "\n".join(long)
+
+
+OUTSIDE_SCRIPT = """
+import importlib.util, json, sys
+from recbench.models.base import NeuralRecommender, Recommender
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.options import RunOptions
+from recbench.datasets import generate
+
+data = generate(n_users=60, n_items=300, mean_length=8.0, seed=0, name="tiny")
+options = RunOptions(output=sys.argv[1], protocols=("pop100",), device="cpu", cache_dir=sys.argv[1] + "-cache",
+                     progress=False)
+rows = run_jobs([Job("tiny", "pop", 0)], options, preloaded={"tiny": data}, log=lambda *_: None).rows
+spec = importlib.util.find_spec("datasets")
+print(json.dumps({"ndcg": rows[0]["metrics"]["NDCG@10"],
+                  "datasets": spec.origin if spec else None}))
+"""
+
+
+def test_the_installed_suite_is_importable_from_any_directory(tmp_path):
+    """After `pip install -e .`, a script outside the checkout imports the model base classes and the run API and
+    runs a grid; the suite adds no top-level `datasets` (or `models`, ...) that would hide another package."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", OUTSIDE_SCRIPT, str(tmp_path / "out")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 0 < result["ndcg"] < 1
+    assert result["datasets"] is None or not result["datasets"].startswith(str(ROOT))
