@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from recbench.datasets.sequences import PAD, Histories
-from recbench.models.base import NeuralRecommender
+from recbench.models.base import NeuralRecommender, require
 from recbench.models.bert4rec import BERT4Rec
 from recbench.models.relevance import RelevanceModel
 from recbench.models.sampling import InteractionSet
@@ -53,10 +53,8 @@ class BERT4RecRelevanceConfig:
 
     def __post_init__(self):
         check_encoder_fields(self)
-        if self.negatives < 1:
-            raise ValueError(f"negatives={self.negatives} must be >= 1")
-        if not 0.0 < self.window_step <= 1.0:
-            raise ValueError(f"window_step={self.window_step} must be in (0, 1]")
+        require(self, self.negatives >= 1, "negatives", "be >= 1")
+        require(self, 0.0 < self.window_step <= 1.0, "window_step", "be in (0, 1]")
 
 
 class BERT4RecRelevance(RelevanceModel, NeuralRecommender):

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from recbench.datasets.sequences import PAD, Histories
-from recbench.models.base import NeuralRecommender, ScoreFactors, require_choice
+from recbench.models.base import NeuralRecommender, ScoreFactors, require, require_choice
 from recbench.models.sampling import InteractionSet, uniform_negatives
 from recbench.models.transformer import INITS, EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy, trim_padding
@@ -73,8 +73,7 @@ class SASRecConfig:
         check_encoder_fields(self)
         require_choice(self, "block", tuple(SASREC_BLOCKS))
         require_choice(self, "init", INITS)
-        if not 0.0 <= self.window_step <= 1.0:
-            raise ValueError(f"window_step={self.window_step} must be in [0, 1] (a fraction of max_len)")
+        require(self, 0.0 <= self.window_step <= 1.0, "window_step", "be in [0, 1] (a fraction of max_len)")
 
 
 class SASRec(NeuralRecommender):

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recbench.datasets.sequences import PAD, Histories
-from recbench.models.base import require_choice
+from recbench.models.base import require, require_choice
 
 ACTIVATIONS = ("gelu", "relu")
 BLOCKS = ("post-ln", "pre-ln", "sasrec")
@@ -57,17 +57,12 @@ def check_encoder_fields(config) -> None:
     """Range checks of the encoder fields a model's Config shares (``hidden``, ``layers``, ``heads``,
     ``max_len``, the dropouts, ``init_std``, ``layer_norm_eps``), for its ``__post_init__``."""
     for name in ("hidden", "layers", "heads", "max_len"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name}={getattr(config, name)} must be >= 1")
-    if config.hidden % config.heads:
-        raise ValueError(f"heads={config.heads} must divide hidden={config.hidden}")
+        require(config, getattr(config, name) >= 1, name, "be >= 1")
+    require(config, config.hidden % config.heads == 0, "heads", f"divide hidden={config.hidden}")
     for name in ("dropout", "attention_dropout"):
-        if not 0.0 <= getattr(config, name) < 1.0:
-            raise ValueError(f"{name}={getattr(config, name)} must be in [0, 1)")
-    if not config.init_std > 0:
-        raise ValueError(f"init_std={config.init_std} must be > 0")
-    if not config.layer_norm_eps > 0:
-        raise ValueError(f"layer_norm_eps={config.layer_norm_eps} must be > 0")
+        require(config, 0.0 <= getattr(config, name) < 1.0, name, "be in [0, 1)")
+    require(config, config.init_std > 0, "init_std", "be > 0")
+    require(config, config.layer_norm_eps > 0, "layer_norm_eps", "be > 0")
 
 
 @dataclass(frozen=True)
