@@ -275,9 +275,8 @@ def _ids(column: pd.Series, what: str, name: str, rows) -> np.ndarray:
     keep them; the same values give the same codes from a file and from a DataFrame."""
     if pd.api.types.is_integer_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
         return column.to_numpy(np.int64)
-    missing = column.isna().to_numpy()
     text = column.astype(str).str.strip().to_numpy(dtype=object)
-    missing |= text == ""
+    missing = column.isna().to_numpy() | (text == "")
     if missing.any():
         raise rows.error(int(np.flatnonzero(missing)[0]), name, what)
     if pd.api.types.is_float_dtype(column.dtype):
