@@ -165,7 +165,8 @@ def sentinel_data(n_users: int = 40, n_items: int = 60, extra_items: int = 940) 
 
 
 def _bench(name: str) -> _Bench:
-    """Resolve the model and its smoke settings (errors here fail the interface check)."""
+    """Resolve the model and its smoke settings and build it, untrained, with the test split's users and
+    histories to score (errors here fail the interface check)."""
     cls = model_class(name)
     cls.Config()  # every field has a default, which __post_init__ accepts
     config = resolve(name, "synthetic", "smoke")
@@ -174,14 +175,21 @@ def _bench(name: str) -> _Bench:
     if not bench.neural and not callable(getattr(cls, "fit", None)):
         raise TypeError(f"{cls.__qualname__} neither derives from NeuralRecommender (trained by the suite's "
                         f"trainer) nor defines fit(train) -> FitReport")
+    torch.manual_seed(0)
+    bench.model = cls(data.n_users, data.n_items, config.model)
+    if isinstance(bench.model, torch.nn.Module):
+        bench.model.eval()
+    view = bench.split.test()
+    rows = np.arange(len(view))
+    bench.users = torch.from_numpy(view.users[rows])
+    bench.histories = torch.from_numpy(view.padded(rows, max(bench.model.history_length, 1)))
     return bench
 
 
 def _fit(bench: _Bench) -> None:
-    """Build the model, train it one epoch with validation (or fit it) and score the test split, all through
-    the suite's trainer and evaluators, with the spy watching."""
-    torch.manual_seed(0)
-    model = bench.cls(bench.split.data.n_users, bench.split.n_items, bench.config.model)
+    """Train the model one epoch with validation (or fit it) and score the test split, all through the suite's
+    trainer and evaluators, with the spy watching."""
+    model = bench.model
     bench.spy = _Spy(model)
     metric = "AUC" if bench.relevance else "NDCG@10"
     settings = dataclasses.replace(bench.config.train, max_epochs=1, max_steps=None, patience=None,
@@ -200,10 +208,6 @@ def _fit(bench: _Bench) -> None:
      else evaluator.evaluate(model, "test", "full", bench.name))
     if isinstance(model, torch.nn.Module):
         model.eval()
-    view = bench.split.test()
-    rows = np.arange(len(view))
-    bench.model, bench.users = model, torch.from_numpy(view.users[rows])
-    bench.histories = torch.from_numpy(view.padded(rows, max(model.history_length, 1)))
 
 
 def _battery(model, slow: bool):
@@ -211,11 +215,16 @@ def _battery(model, slow: bool):
     try:
         name = model if isinstance(model, str) else model_name_of(model)
         bench = _bench(name)
-        _fit(bench)
+        shapes = _check_shapes(bench)  # of the untrained model: training and validation need them right
+        if shapes is None:
+            _fit(bench)
     except Exception as error:  # noqa: BLE001  (any failure here is the model's: say what it was)
         yield CheckResult("interface", FAILED, _interface_fix(error))
         return
     yield CheckResult("interface", PASSED)
+    if shapes is not None:
+        yield CheckResult("shapes", FAILED, shapes)
+        return
     for check, applies, severity, run in CHECKS:
         if not applies(bench):
             yield CheckResult(check, SKIPPED, "does not apply to this kind of model")
@@ -405,9 +414,11 @@ def _check_relevance(bench: _Bench) -> str | None:
     pairs = RelevanceEvaluator(bench.split, seed=0)
     scorer = bench.model if bench.relevance else calibrate(bench.model, pairs, bench.name)
     candidates = _candidates(bench)
+    wider = torch.cat([torch.full((len(bench.users), EXTRA_PADDING), PAD), bench.histories], 1)
     with torch.inference_mode():
         several = scorer.predict_proba(bench.users, bench.histories, candidates)
         one = scorer.predict_proba(bench.users, bench.histories, candidates[:, 0])
+        padded = scorer.predict_proba(bench.users, wider, candidates)
     if tuple(several.shape) != tuple(candidates.shape) or tuple(one.shape) != (len(bench.users),):
         return (f"predict_proba returned {tuple(several.shape)} for candidates {tuple(candidates.shape)} and "
                 f"{tuple(one.shape)} for {(len(bench.users),)}; return one probability per candidate")
@@ -415,6 +426,8 @@ def _check_relevance(bench: _Bench) -> str | None:
         return "probabilities must be finite and in [0, 1]"
     if not torch.allclose(one.double(), several[:, 0].double(), **TOLERANCE):
         return "a candidate's probability changes with the other candidates scored beside it"
+    if bench.relevance and not torch.allclose(padded.double(), several.double(), **TOLERANCE):
+        return "probabilities change with more left padding of the histories"  # a ranker's: the padding check
     return None
 
 
