@@ -48,7 +48,7 @@ _REGISTRY = {
 ENTRY_POINT_GROUP = "recbench.models"
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _IN_PROCESS: dict[str, type] = {}  # name -> a class handed over by the Python API that no import path reaches
-_ORIGINS: dict[str, dict] = {}  # name -> its origin, recorded when this process first resolved it
+_ORIGINS: dict[str, tuple[type, dict]] = {}  # name -> (class, its origin when this process first resolved it)
 
 
 def model_names() -> list[str]:
@@ -73,8 +73,9 @@ def model_class(name: str, source_sha256: str | None = None):
         if os.getcwd() not in sys.path and "" not in sys.path:
             sys.path.append(os.getcwd())  # as `python -m` does, but last: never shadows an installed package
         cls = _import(_outside_path(name), name)
-        _ORIGINS.setdefault(name, _origin(name, cls))
-    if source_sha256 is not None and _ORIGINS[name]["sha256"] != source_sha256:
+        if name not in _ORIGINS or _ORIGINS[name][0] is not cls:  # first seen, or its module was reloaded
+            _ORIGINS[name] = (cls, _origin(name, cls))
+    if source_sha256 is not None and _ORIGINS[name][1]["sha256"] != source_sha256:
         cls = _reimport(name, source_sha256)
     return cls
 
@@ -85,7 +86,7 @@ def model_origin(name: str) -> dict | None:
     if name in _REGISTRY:
         return None
     model_class(name)
-    return dict(_ORIGINS[name])
+    return dict(_ORIGINS[name][1])
 
 
 def changed_source(name: str) -> str | None:
@@ -118,7 +119,7 @@ def model_name_of(cls: type) -> str:
             raise ValueError(f"model class {cls.__qualname__} is not the class that {name} imports now (was its "
                              f"module reloaded?); pass the name {name!r} or the class the module holds now")
     _IN_PROCESS[name] = cls
-    _ORIGINS[name] = _origin(name, cls)
+    _ORIGINS[name] = (cls, _origin(name, cls))
     return name
 
 
@@ -215,11 +216,11 @@ def _file_sha256(path: str) -> str:
 def _reimport(name: str, source_sha256: str):
     """Import the module of ``name`` again (its file was edited since this process imported it); an error when
     its source still differs from ``source_sha256``."""
-    origin = _ORIGINS[name]
+    origin = _ORIGINS[name][1]
     if not origin["in_process"] and origin["file"] is not None and _file_sha256(origin["file"]) == source_sha256:
         importlib.reload(sys.modules[origin["import_path"].split(":")[0]])
         cls = _import(origin["import_path"], name)
-        _ORIGINS[name] = _origin(name, cls)
+        _ORIGINS[name] = (cls, _origin(name, cls))
         return cls
     raise ValueError(f"model {name!r}: its source ({origin['file'] or 'in process'}, sha256 {origin['sha256'][:12]}) "
                      f"differs from the source the grid was planned with (sha256 {source_sha256[:12]}); run every "
