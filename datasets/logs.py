@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import io
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ FILTERS = ("min_rating", "min_item_interactions", "min_user_interactions")
 LOG_SUFFIXES = (".csv", ".tsv", ".tab", ".txt", ".dat")
 NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 _INTEGER = re.compile(r"[+-]?\d{1,18}")  # fits int64
+_EXTRA = "\0more fields"  # the name of the column past the header's last
 
 
 @dataclass(frozen=True)
@@ -159,20 +161,25 @@ def read_log(path: str | Path, fmt: LogFormat) -> Interactions:
     try:
         with open_binary(path) as stream:  # utf-8-sig: a spreadsheet's byte-order mark is not part of a name
             header = next(csv.reader([io.TextIOWrapper(stream, encoding="utf-8-sig").readline()], delimiter=sep), [])
-        if not any(header):
-            raise DatasetFormatError(where, 1, "a header line naming the columns", found="an empty line")
+        if not any(header) or len(set(header)) < len(header):
+            raise DatasetFormatError(where, 1, "a header line naming the columns, each once",
+                                     found=sep.join(header) or "an empty line")
         roles = _roles(fmt, header, where, f"the header (separator {sep!r})")
-        with open_binary(path) as stream:
-            frame = pd.read_csv(stream, sep=sep, header=0, usecols=list(roles.values()), dtype=str,
-                                keep_default_na=False, skip_blank_lines=False, encoding="utf-8-sig", engine="c")
+        with open_binary(path) as stream:  # one more column than the header names: it catches longer lines
+            frame = pd.read_csv(stream, sep=sep, header=None, names=[*header, _EXTRA], skiprows=1, dtype=str,
+                                keep_default_na=False, skip_blank_lines=False, index_col=False,
+                                encoding="utf-8-sig", engine="c")[[*roles.values(), _EXTRA]]
     except pd.errors.ParserError as error:
         raise _parser_error(where, error, len(header)) from None
-    except (UnicodeDecodeError, OSError, EOFError) as error:
+    except (UnicodeDecodeError, OSError, EOFError, zlib.error) as error:
         raise DatasetFormatError(where, None, "a readable UTF-8 text file (plain or .gz)", found=str(error)) from None
-    frame = _without_trailing_blank_rows(frame)
+    frame, rows = _without_trailing_blank_rows(frame), _FileRows(path, 2)
     if not len(frame):
         raise DatasetFormatError(where, None, "lines of interactions after the header", found="none")
-    return _interactions(frame, roles, fmt, _FileRows(path, 2))
+    longer = np.flatnonzero(frame[_EXTRA].to_numpy(dtype=object) != "")
+    if len(longer):
+        raise rows.fault(int(longer[0]), f"{len(header)} fields, as many as the header names")
+    return _interactions(frame.drop(columns=_EXTRA), roles, fmt, rows)
 
 
 def frame_interactions(frame: pd.DataFrame, fmt: LogFormat, name: str) -> Interactions:
@@ -235,13 +242,16 @@ class _FileRows:
         self.path, self.first_line, self.where, self.unit = path, first_line, str(path), "line"
 
     def error(self, row: int, column: str, expected: str) -> DatasetFormatError:
+        return self.fault(row, f"{expected} in column {column!r}")
+
+    def fault(self, row: int, expected: str) -> DatasetFormatError:
         line, found = self.first_line + row, ""
         with open_binary(self.path) as stream:
             for number, text in enumerate(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), 1):
                 if number == line:
                     found = text.rstrip("\r\n")
                     break
-        return DatasetFormatError(self.where, line, f"{expected} in column {column!r}", found=found[:120])
+        return DatasetFormatError(self.where, line, expected, found=found[:120])
 
 
 class _FrameRows:
@@ -306,7 +316,7 @@ def _times(column: pd.Series, name: str, rows) -> np.ndarray:
         stamps = pd.to_datetime(column, utc=True)
         if stamps.isna().any():
             raise rows.error(int(np.flatnonzero(stamps.isna().to_numpy())[0]), name, what)
-        return stamps.to_numpy().astype("datetime64[ns]").astype(np.int64)
+        return _nanoseconds(stamps)
     numbers = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
     if np.isfinite(numbers).all():
         integers = numbers == np.round(numbers)
@@ -317,4 +327,9 @@ def _times(column: pd.Series, name: str, rows) -> np.ndarray:
     stamps = pd.to_datetime(column.astype(str), utc=True, errors="coerce", format="ISO8601")
     if stamps.isna().any():
         raise rows.error(int(np.flatnonzero(stamps.isna().to_numpy())[0]), name, what)
-    return stamps.to_numpy().astype("datetime64[ns]").astype(np.int64)
+    return _nanoseconds(stamps)
+
+
+def _nanoseconds(stamps: pd.Series) -> np.ndarray:
+    """UTC times as int64 nanoseconds, whatever resolution pandas parsed them in."""
+    return stamps.dt.tz_convert(None).to_numpy("datetime64[ns]").astype(np.int64)
