@@ -49,7 +49,7 @@ def plan_grid(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = 
     problems = options.problems()
     if problems:
         raise GridError("\n".join(problems))
-    sources = model_sources(jobs, options)
+    sources = _model_sources(jobs, options)
     overlays = _read_overlays(options)
     configs = _resolve_settings(jobs, options, overlays, log)
     datasets = _load_datasets(jobs, options, preloaded)
@@ -67,7 +67,7 @@ def plan_grid(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = 
     return list(planned.values()), datasets
 
 
-def model_sources(jobs: list[Job], options: RunOptions) -> dict[str, dict]:
+def _model_sources(jobs: list[Job], options: RunOptions) -> dict[str, dict]:
     """The origin of each model from outside the suite (``models.model_origin``) with the commit of the git
     checkout its file lives in (None outside one). Raises :class:`GridError` naming every model that does not
     resolve, whose file changed after this process imported it, or that the jobs' worker processes could not
