@@ -193,6 +193,21 @@ def _csv(tmp_path):
     return path
 
 
+def test_rows_name_the_commit_of_the_checkout_the_model_lives_in(own, tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-C", str(own.root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "my model"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    common = dict(output=tmp_path / "out", settings=["max_epochs=1"], progress=False, cache_dir=tmp_path / "cache",
+                  log=lambda *a: None)
+    results = run({"tiny": log_frame()}, [own.model], **common)
+    assert results["model_source"][0]["commit"] == head
+    (own.folder / "mymodel.toml").write_text(SMOKE_TOML + "# an uncommitted edit\n")
+    again = run({"tiny": log_frame()}, [own.model], **common)  # the same key (same settings), run again
+    assert again["key"][0] == results["key"][0] and again["model_source"][0]["commit"] == f"{head}-dirty"
+
+
 # --------------------------------------------------------------------------------------- the Python API
 
 API_SCRIPT = """
