@@ -259,9 +259,11 @@ def check_overrides(overrides, model_names: list[str]) -> list[str]:
 def _prefixed_model(text: str, prefix: str, model_names: list[str]) -> str | None:
     """The selected model a ``--set`` prefix names (:func:`addressed`), or None for a model that is not selected;
     an unknown or ambiguous prefix is an error."""
+    if prefix in model_names:
+        return prefix
     chosen = [name for name in model_names if addressed(prefix, name)]
-    if prefix in model_names or len(chosen) == 1:
-        return prefix if prefix in model_names else chosen[0]
+    if len(chosen) == 1:
+        return chosen[0]
     if chosen:
         raise ConfigError(f"--set {text!r}: {prefix!r} names {len(chosen)} selected models ({', '.join(chosen)}); "
                           f"write the import path instead")
