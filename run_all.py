@@ -5,6 +5,7 @@
     python run_all.py --datasets ml-1m beauty --models pop bprmf --data-dir DIR
     python run_all.py --datasets ml-1m --profile paper --seeds 0 1 2 --jobs 3 --resume
     python run_all.py --task relevance --datasets ml-1m --models pop lstm-rel bert4rec-rel --data-dir DIR
+    python run_all.py --datasets clicks.csv --columns user=uid item=iid time=ts --models pop mypkg.mymodel:MyRec
 
 Results go to ``results/<name>/`` (see results/README.md for the schema).
 """
@@ -26,7 +27,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     from recbench.benchmarks.negatives import PAIRS
     from recbench.datasets import DATASET_NAMES
     from recbench.datasets.errors import unknown
-    from recbench.models import model_names
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="next-item", choices=TASKS,
@@ -34,11 +34,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "sampled negative candidate per user (accuracy, AUC, log-loss); models not trained for "
                              "relevance are calibrated on the validation pairs")
     parser.add_argument("--datasets", nargs="+", default=["synthetic"], metavar="NAME",
-                        help=f"datasets to run (default: synthetic); one of: {', '.join(DATASET_NAMES)}")
+                        help=f"datasets to run (default: synthetic); one of: {', '.join(DATASET_NAMES)}; or a "
+                             f"CSV/TSV log of your own, PATH (named by its file's stem) or NAME=PATH (see --columns)")
+    parser.add_argument("--columns", nargs="+", default=[], metavar="ROLE=COLUMN",
+                        help="the columns of your logs: user=, item= (default: the columns named so), time= "
+                             "(default: time or timestamp, else the rows' order), rating=; sep= (default: tab for "
+                             ".tsv, else comma)")
+    parser.add_argument("--filters", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="which rows of your logs count: min_rating= (default: every row), "
+                             "min_item_interactions= (default 0), min_user_interactions= (default 5)")
     parser.add_argument("--models", nargs="+", default=None, metavar="NAME",
                         help=f"models to run (default: those of {', '.join(DEFAULT_MODELS)} that exist; with "
                              f"--task relevance {', '.join(DEFAULT_RELEVANCE_MODELS)}); "
-                             f"one of: {', '.join(model_names())}")
+                             f"one of: {', '.join(_known_models())}; or a model of your own, "
+                             f"package.module:Class")
     parser.add_argument("--protocols", nargs="+", default=None, metavar="NAME",
                         help=f"candidate protocols for the test split of --task next-item (default: full pop100); "
                              f"any of: {', '.join(PROTOCOLS)}. The relevance task has its own: {PAIRS}")
@@ -57,12 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             if name not in valid:
                 parser.error(str(unknown(kind, name, valid)))
 
-    check("dataset", args.datasets, DATASET_NAMES)
+    _check_data_and_models(parser, args)
     relevance = args.task == "relevance"
-    if args.models is None:
-        defaults = DEFAULT_RELEVANCE_MODELS if relevance else DEFAULT_MODELS
-        args.models = [name for name in defaults if name in model_names()]
-    check("model", args.models, model_names())
     if relevance and args.protocols is not None:
         parser.error(f"--protocols applies to --task next-item; the relevance task is evaluated on its {PAIRS}")
     if args.protocols is None:
@@ -73,6 +78,40 @@ def parse_args(argv=None) -> argparse.Namespace:
         task = "-relevance" if relevance else ""
         args.output = str(Path("results") / f"{'-'.join(args.datasets)}{task}-{args.profile}")
     return args
+
+
+def _known_models() -> list[str]:
+    """Every model name (the registered ones, then installed entry points); an entry point that collides with a
+    registered name is a one-line error."""
+    from recbench.models import model_names
+
+    try:
+        return model_names()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _check_data_and_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--datasets`` as names and the logs of the user's own among them (``args.logs``); ``--models`` (their
+    defaults filled in) each resolve to a model class. Any problem is a one-line usage error."""
+    from recbench.datasets import log_entries, log_format
+    from recbench.models import model_class
+
+    try:
+        args.datasets, args.logs = log_entries(args.datasets, log_format(args.columns, args.filters))
+    except ValueError as error:
+        parser.error(str(error))
+    if (args.columns or args.filters) and not args.logs:
+        parser.error("--columns and --filters describe logs of your own: name one in --datasets (PATH or NAME=PATH)")
+    if args.models is None:
+        defaults = DEFAULT_RELEVANCE_MODELS if args.task == "relevance" else DEFAULT_MODELS
+        args.models = [name for name in defaults if name in _known_models()]
+    for name in args.models:
+        try:
+            model_class(name)
+        except ValueError as error:
+            parser.error(str(error))
 
 
 def main(argv=None) -> int:
@@ -92,7 +131,7 @@ def main(argv=None) -> int:
         output = Path(args.output)
         print(f"{len(jobs)} job(s): task {args.task}, datasets {args.datasets}, models {args.models}, "
               f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols} -> {output}/")
-        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
+        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output, logs=args.logs)
         return run_grid(args, jobs, options, table=table)
 
     return guard(run, args.debug)

@@ -58,14 +58,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors and failed jobs")
 
 
-def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Path) -> RunOptions:
+def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Path,
+                logs: dict | None = None) -> RunOptions:
     """The :class:`RunOptions` of the options :func:`add_run_options` added, for this grid's protocols, profile
-    and output folder."""
+    and output folder (and the logs of the user's own among its datasets, ``datasets.log_entries``)."""
     return RunOptions(output=output, protocols=tuple(protocols), profile=profile,
                       config_files=tuple(args.config_files), device=args.device, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, resume=args.resume, n_jobs=args.jobs, threads=args.threads,
                       dask_scheduler=args.dask_scheduler, keep_checkpoints=args.keep_checkpoints,
-                      compile=args.compile, progress=not args.quiet)
+                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}))
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],

@@ -13,6 +13,12 @@ A ``--config`` file holds the same tables for several models, each under the mod
     [sasrec.train]
     lr = 5e-4
 
+A model from outside the suite (an import path ``mypkg.mymodel:MyRec`` or an entry point, ``models/__init__.py``)
+has the same kind of file beside its module, named after the class (``mypkg/mymodel.MyRec.toml``) or, when there is
+none, after the module (``mypkg/mymodel.toml``); without either its settings are its ``Config`` defaults. Its file is
+checked like a ``--config`` file. A ``--config`` file names it by its import path, quoted
+(``["mypkg.mymodel:MyRec".model]``); ``--set`` by its import path or its class name (``--set MyRec:hidden=32``).
+
 Resolution order, last wins: dataclass default < the model's file (< its dataset sub-table < its profile
 table) < each ``--config`` file in the order given (the same layers) < ``--set`` overrides. The resolved values
 are what the run records, so nobody has to guess which value a run used.
@@ -28,7 +34,7 @@ from pathlib import Path
 
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.datasets.errors import unknown
-from recbench.models import model_class
+from recbench.models import is_registered, model_class, model_origin, short_name
 from recbench.models.base import setting_error
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -74,9 +80,38 @@ def read_toml(path: Path) -> dict:
 
 
 def model_tables(model_name: str) -> dict:
-    """The tables of the suite's own file for ``model_name`` (none for a model without one)."""
-    path = CONFIG_DIR / f"{model_name}.toml"
-    return read_toml(path) if path.exists() else {}
+    """The tables of the model's own file (:func:`config_file`; none for a model without one). The file of a model
+    from outside the suite is checked like a ``--config`` file: known sections and fields only."""
+    path = config_file(model_name)
+    if path is None or not path.exists():
+        return {}
+    tables = read_toml(path)
+    if not is_registered(model_name):
+        for section in tables:
+            if section not in SECTIONS:
+                raise ConfigError(f"{path}: {unknown('section', section, SECTIONS)}")
+        _check_fields(tables, *fields_of(model_name), f"{path}: [")
+    return tables
+
+
+def config_file(model_name: str) -> Path | None:
+    """``benchmarks/configs/<name>.toml`` for a registered model; beside the module of a model from outside the
+    suite, ``<module>.<Class>.toml`` if it exists, else ``<module>.toml`` (module docstring); None for a class
+    without a file."""
+    if is_registered(model_name):
+        return CONFIG_DIR / f"{model_name}.toml"
+    origin = model_origin(model_name)
+    if origin["file"] is None:
+        return None
+    module = Path(origin["file"])
+    own = module.with_name(f"{module.stem}.{short_name(origin['import_path'])}.toml")
+    return own if own.exists() else module.with_suffix(".toml")
+
+
+def addressed(prefix: str, model_name: str) -> bool:
+    """Whether a ``--set`` prefix names ``model_name``: its name, or the class name of its import path."""
+    return prefix == model_name or (":" in model_name and not is_registered(prefix)
+                                    and prefix == short_name(model_name))
 
 
 def read_overlay(path: Path, known_models) -> dict[str, dict]:
@@ -84,7 +119,10 @@ def read_overlay(path: Path, known_models) -> dict[str, dict]:
     tables = read_toml(path)
     for name, sections in tables.items():
         if name not in known_models:
-            raise ConfigError(f"{path}: {unknown('model', name, known_models)}")
+            try:
+                model_class(name)  # a model of the user's own, by its import path
+            except ValueError as error:
+                raise ConfigError(f"{path}: {error}") from None
         if not isinstance(sections, dict):
             raise ConfigError(f"{path}: {name} = {sections!r} must be a table, e.g. [{name}.model]")
         for section in sections:
@@ -102,7 +140,8 @@ def _check_fields(tables: dict, model_fields: set, train_fields: set, where: str
             for key, value in table.items():
                 for field in (value if isinstance(value, dict) else {key: value}):
                     if field not in fields:
-                        raise ConfigError(f"{where}.{scope}{section}]: {unknown('field', field, sorted(fields))}")
+                        table = f"{where}{'' if where.endswith('[') else '.'}{scope}{section}]"
+                        raise ConfigError(f"{table}: {unknown('field', field, sorted(fields))}")
 
 
 def _layer(table: dict, dataset: str) -> dict:
@@ -178,7 +217,7 @@ def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: li
     model_fields, train_fields = fields_of(model_name)
     for text in overrides:
         target, field, value = parse_override(text)
-        if target is not None and target != model_name:
+        if target is not None and not addressed(target, model_name):
             continue
         if field in model_fields:
             model_values[field] = value
@@ -187,7 +226,7 @@ def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: li
         elif target is not None:
             raise ConfigError(f"{model_name}: --set {text!r}: "
                               f"{unknown('field', field, sorted(model_fields | train_fields))}")
-    origin = CONFIG_DIR / f"{model_name}.toml"
+    origin = config_file(model_name) or f"{model_name} (its Config)"
     try:
         return ResolvedConfig(_build(model_class(model_name).Config, model_values, f"{origin} [model]"),
                               _build(TrainSettings, train_values, f"{origin} [train]"))
@@ -198,8 +237,6 @@ def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: li
 def check_overrides(overrides, model_names: list[str]) -> list[str]:
     """Fail early on a ``--set`` whose model prefix is not a model, or whose field no selected model and no
     trainer setting has. Returns notes for overrides that apply to none of the selected models."""
-    from recbench.models import model_names as registered
-
     known = set()
     for name in model_names:
         model_fields, train_fields = fields_of(name)
@@ -208,12 +245,30 @@ def check_overrides(overrides, model_names: list[str]) -> list[str]:
     notes = []
     for text in overrides:
         target, field, _ = parse_override(text)
-        if target is not None and target not in registered():
-            raise ConfigError(f"--set {text!r}: {unknown('model', target, registered())}")
-        if target is not None and target not in model_names:
-            notes.append(f"--set {text!r} applies to no selected model ({', '.join(model_names)})")
-            continue
+        if target is not None:
+            target = _prefixed_model(text, target, model_names)
+            if target is None:
+                notes.append(f"--set {text!r} applies to no selected model ({', '.join(model_names)})")
+                continue
         fields = known if target is None else set().union(*fields_of(target))
         if field not in fields:
             raise ConfigError(f"--set {text!r}: {unknown('field', field, sorted(fields))}")
     return notes
+
+
+def _prefixed_model(text: str, prefix: str, model_names: list[str]) -> str | None:
+    """The selected model a ``--set`` prefix names (:func:`addressed`), or None for a model that is not selected;
+    an unknown or ambiguous prefix is an error."""
+    if prefix in model_names:
+        return prefix
+    chosen = [name for name in model_names if addressed(prefix, name)]
+    if len(chosen) == 1:
+        return chosen[0]
+    if chosen:
+        raise ConfigError(f"--set {text!r}: {prefix!r} names {len(chosen)} selected models ({', '.join(chosen)}); "
+                          f"write the import path instead")
+    try:
+        model_class(prefix)
+    except ValueError as error:
+        raise ConfigError(f"--set {text!r}: {error}") from None
+    return None

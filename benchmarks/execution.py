@@ -10,7 +10,8 @@ gets :class:`~benchmarks.worker.JobOutcome` values back as jobs finish; workers 
   from their checkpoints, at most :data:`RETRIES` times.
 - ``dask_scheduler = ADDRESS``: joblib's Dask backend sends the jobs to a running Dask cluster (``pip install
   -e ".[distributed]"``). Each dataset is sent to the workers once. The scheduler and every worker must have the
-  same code installed (``pip install -e <checkout>``); a job uses as many torch threads as its Dask worker has.
+  same code installed (``pip install -e <checkout>``) and import every model of the user's own from the same source
+  file (checked before the grid starts); a job uses as many torch threads as its Dask worker has.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from recbench.benchmarks.jobs import GridError
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.trainer import resolve_device
 from recbench.benchmarks.worker import JobOutcome, run_job
+from recbench.models import model_class, model_origin
 
 RETRIES = 2  # new starts of the unfinished jobs after a local worker process died
 
@@ -40,7 +42,9 @@ def cpu_threads() -> int:
 class Executor:
     """Runs payloads where the options say (module docstring) and yields their outcomes as they finish."""
 
-    def __init__(self, options: RunOptions, log=print):
+    def __init__(self, options: RunOptions, log=print, sources: dict | None = None):
+        """``sources``: model name -> origin (``models.model_origin``) of the grid's models from outside the
+        suite, which every Dask worker must import from the same source."""
         n_jobs, dask_scheduler = options.n_jobs, options.dask_scheduler
         self.n_jobs, self.dask_scheduler, self.log = n_jobs, dask_scheduler, log
         self.client = None
@@ -52,6 +56,7 @@ class Executor:
             except OSError as error:
                 raise GridError(f"--dask-scheduler {dask_scheduler}: cannot connect ({error})") from None
             self._check_cluster()
+            self._check_models(sources or {})
             self.parallelism = max(1, sum(self.client.nthreads().values()))
         else:
             self.parallelism = n_jobs
@@ -83,6 +88,25 @@ class Executor:
                               f"install this code where the scheduler and every worker run (pip install -e "
                               f"/path/to/checkout) and start them from that Python, e.g. "
                               f"python -m distributed.cli.dask_worker {self.dask_scheduler}")
+
+    def _check_models(self, sources: dict) -> None:
+        """Every worker imports each model of the user's own, from a file with the driver's source: else the
+        grid would fail job by job, or run other code under the keys the driver planned."""
+        problems = []
+        for name, origin in sources.items():
+            found = self.client.run(source_sha256, name, origin["sha256"], on_error="return")
+            for address, sha256 in found.items():
+                if isinstance(sha256, BaseException):
+                    problems.append(f"worker {address} cannot import model {name!r} ({sha256})")
+                elif sha256 != origin["sha256"]:
+                    problems.append(f"worker {address} imports model {name!r} from other code than this driver "
+                                    f"(sha256 {sha256[:12]}, here {origin['sha256'][:12]} from {origin['file']})")
+        if problems:
+            self.client.close()
+            raise GridError(f"the Dask cluster at {self.dask_scheduler} cannot run the grid's own models: "
+                            f"{'; '.join(problems)}; start every worker with the folder of each model's package on "
+                            f"PYTHONPATH, from the same files, e.g. PYTHONPATH=/path/to/checkout:/path/to/yours dask "
+                            f"worker {self.dask_scheduler}")
 
     def _cuda_pool(self, n_jobs: int):
         """A queue shared by the workers: every visible CUDA device, each ceil(n_jobs / devices) times."""
@@ -145,3 +169,13 @@ class Executor:
             self.client.close()
         if getattr(self, "_manager", None) is not None:
             self._manager.shutdown()
+
+
+def source_sha256(name: str, planned_sha256: str) -> str:
+    """On a Dask worker: the sha256 of the source it imports model ``name`` from (:meth:`Executor._check_models`),
+    after importing it again if its file was edited to the planned source since this worker imported it."""
+    try:
+        model_class(name, planned_sha256)
+    except ValueError:
+        pass  # a source that still differs: the driver names it
+    return model_origin(name)["sha256"]

@@ -66,7 +66,8 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     cache = resolve_cache_dir(options.cache_dir)
     if pending:
         prepare_negatives(pending, datasets, cache, log)
-    executor = Executor(options, log)
+    sources = {job.job.model: job.model_source for job in planned if job.model_source}
+    executor = Executor(options, log, sources=sources)
     clock = Progress(planned, pending, executor.parallelism, log)
     payloads = [JobPayload(job, options.device, executor.threads_per_job, str(cache / "negatives"),
                            str(store.folder / "checkpoints" / f"{job.file_stem}.pt"), options.resume,

@@ -4,7 +4,8 @@ A :class:`Job` is what a caller asks for: a model on a dataset with a seed, opti
 with ``--set`` overrides. A :class:`PlannedJob` is that job resolved for one run: the profile's and the
 overrides' values applied, the prepared data's hash known. Its **key** is a hash of everything that determines
 its result: dataset name and prepared-data hash, model, every resolved model and trainer setting, task,
-protocols, evaluation rules, seed, profile, and the study labels the result row carries. Result rows,
+protocols, evaluation rules, seed, profile, and the study labels the result row carries; for a model from outside
+the suite also the sha256 of its source file (the suite's own code is named by its commit in every row). Result rows,
 checkpoints and per-user files are keyed by it, so a changed setting can never reuse an old result or resume
 an old checkpoint, and the old result stays beside the new one.
 """
@@ -83,6 +84,7 @@ class PlannedJob:
     protocols: tuple
     config: ResolvedConfig
     data_sha256: str
+    model_source: dict | None = None  # a model from outside the suite: models.model_origin and its commit
 
     @property
     def trains(self) -> bool:
@@ -101,8 +103,13 @@ class PlannedJob:
             "train_settings": train, "task": self.job.task, "protocols": sorted(self.protocols),
             "tie_policy": TIE_POLICY, "metrics": list(DEFAULT_METRICS), "seed": self.job.seed,
             "profile": self.profile, "study": self.job.study, "variant": self.job.variant,
-            "sweep": self.job.sweep,
+            "sweep": self.job.sweep, **self._source_identity(),
         }
+
+    def _source_identity(self) -> dict:
+        """The source hash of a model from outside the suite (nothing for a registered model, whose keys stay
+        as they were)."""
+        return {"model_source_sha256": self.model_source["sha256"]} if self.model_source else {}
 
     @property
     def key(self) -> str:
@@ -124,4 +131,5 @@ class PlannedJob:
         if not self.trains:
             settings["train_settings"] = None
         return {"key": self.key, "run_id": self.run_id, **dataclasses.asdict(self.job), "profile": self.profile,
-                "protocols": list(self.protocols), "data_sha256": self.data_sha256, **settings}
+                "protocols": list(self.protocols), "data_sha256": self.data_sha256, **settings,
+                **({"model_source": self.model_source} if self.model_source else {})}

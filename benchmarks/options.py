@@ -35,6 +35,7 @@ class RunOptions:
     compile: bool = False  # run each training step through torch.compile
     progress: bool = True  # progress bars
     command: list[str] | None = field(default=None)  # the invocation recorded in manifest.jsonl (None: sys.argv)
+    logs: dict = field(default_factory=dict)  # dataset name -> datasets.InteractionLog, a log of the user's own
 
     def __post_init__(self):
         self.output = Path(self.output)

@@ -5,6 +5,8 @@ refused at once.
 
 Checks, in order (settings first, since data may take minutes to prepare):
 
+0. every model resolves (a registered name, an entry point or an import path, ``models/__init__.py``), and a model
+   from outside the suite can run where the jobs will run, from the code on disk;
 1. ``--set`` prefixes and fields, and the ``--config`` files (models, sections, fields);
 2. each job's settings: types and ranges (each config dataclass's ``__post_init__``), then whether the model
    can be built with them (on a toy size);
@@ -22,10 +24,18 @@ from recbench.benchmarks.jobs import GridError, Job, PlannedJob
 from recbench.benchmarks.metrics import parse_metric
 from recbench.benchmarks.negatives import PAIRS, SAMPLED_PROTOCOLS, load_or_sample
 from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.provenance import checkout_commit
 from recbench.benchmarks.relevance import SELECTION_METRICS, TASK as RELEVANCE
-from recbench.datasets import DatasetFormatError, MissingDataError, dataset_on_disk, load_dataset, resolve_cache_dir
+from recbench.datasets import (
+    DatasetFormatError,
+    MissingDataError,
+    dataset_on_disk,
+    load_dataset,
+    load_log,
+    resolve_cache_dir,
+)
 from recbench.datasets.sequences import SequenceData
-from recbench.models import model_class, model_names
+from recbench.models import changed_source, model_class, model_names, model_origin
 from recbench.models.base import NeuralRecommender
 from recbench.models.relevance import RelevanceModel
 
@@ -39,6 +49,7 @@ def plan_grid(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = 
     problems = options.problems()
     if problems:
         raise GridError("\n".join(problems))
+    sources = _model_sources(jobs, options)
     overlays = _read_overlays(options)
     configs = _resolve_settings(jobs, options, overlays, log)
     datasets = _load_datasets(jobs, options, preloaded)
@@ -49,11 +60,39 @@ def plan_grid(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = 
     planned = {}
     for job in jobs:
         plan = PlannedJob(job, options.profile, job.protocols(options.protocols), configs[job],
-                          datasets[job.dataset].content_sha256())
+                          datasets[job.dataset].content_sha256(), sources.get(job.model))
         if plan.key in planned:
             log(f"note: {job.run_id} repeats {planned[plan.key].run_id} (same key {plan.key[:12]}); it runs once")
         planned.setdefault(plan.key, plan)
     return list(planned.values()), datasets
+
+
+def _model_sources(jobs: list[Job], options: RunOptions) -> dict[str, dict]:
+    """The origin of each model from outside the suite (``models.model_origin``) with the commit of the git
+    checkout its file lives in (None outside one). Raises :class:`GridError` naming every model that does not
+    resolve, whose file changed after this process imported it, or that the jobs' worker processes could not
+    import (a class handed over in this process only)."""
+    sources, problems = {}, []
+    elsewhere = options.n_jobs > 1 or options.dask_scheduler
+    for name in dict.fromkeys(job.model for job in jobs):
+        try:
+            origin = model_origin(name)
+        except ValueError as error:
+            problems.append(str(error))
+            continue
+        if origin is None:
+            continue
+        if changed_source(name):
+            problems.append(f"model {name!r}: {changed_source(name)}")
+        if origin["in_process"] and elsewhere:
+            problems.append(f"model {name!r} was handed over as a class that no import path reaches, so worker "
+                            f"processes cannot build it; move it into a module on PYTHONPATH, or run one job at "
+                            f"a time (n_jobs=1, no Dask)")
+        folder = Path(origin["file"]).parent if origin["file"] else None
+        sources[name] = {**origin, "commit": checkout_commit(folder) if folder else None}
+    if problems:
+        raise GridError("\n".join(problems))
+    return sources
 
 
 def _read_overlays(options: RunOptions) -> list[dict]:
@@ -115,10 +154,13 @@ def _load_datasets(jobs: list[Job], options: RunOptions, preloaded: dict | None)
     cache = resolve_cache_dir(options.cache_dir)
     datasets = dict(preloaded or {})
     wanted = [name for name in dict.fromkeys(job.dataset for job in jobs) if name not in datasets]
-    wanted.sort(key=lambda name: dataset_on_disk(name, options.data_dir, cache))
+    wanted.sort(key=lambda name: name in options.logs or dataset_on_disk(name, options.data_dir, cache))
     problems = []
     for name in wanted:
         try:
+            if name in options.logs:  # a log of the user's own, read whole before anything trains
+                datasets[name] = load_log(options.logs[name], name, cache, options.progress)
+                continue
             if problems and dataset_on_disk(name, options.data_dir, cache):
                 continue  # the grid cannot run anyway; report the missing data without preparing the rest
             datasets[name] = load_dataset(name, data_dir=options.data_dir, cache_dir=cache,

@@ -17,15 +17,21 @@ COMMIT_ENV = "RECBENCH_COMMIT"
 
 def git_commit() -> str:
     """The checkout's commit, "-dirty" when its code differs; else ``$RECBENCH_COMMIT``; else "unknown"."""
+    # Changed code makes a result "-dirty"; rewritten result files (results/reference/) do not.
+    return checkout_commit(ROOT, (".", ":!results")) or os.environ.get(COMMIT_ENV) or "unknown"
+
+
+def checkout_commit(folder: str | Path, paths: tuple = ()) -> str | None:
+    """The commit of the git checkout that holds ``folder`` (a user's model, the suite), "-dirty" when tracked
+    files (of ``paths``, default all) differ from it; None outside a git checkout."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True,
                                 check=True).stdout.strip()
-        # Changed code makes a result "-dirty"; rewritten result files (results/reference/) do not.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
-                               cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *paths],
+                               cwd=folder, capture_output=True, text=True, check=True).stdout.strip()
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get(COMMIT_ENV) or "unknown"
+        return None
 
 
 def library_versions() -> dict:

@@ -168,7 +168,7 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     pairs = RelevanceEvaluator(split, seed=job.seed, cache_dir=Path(payload.negatives_dir))
     memory = PeakMemory(device)
     memory.reset()
-    model = model_class(job.model)(data.n_users, data.n_items, planned.config.model)
+    model = _model_class(planned)(data.n_users, data.n_items, planned.config.model)
     if isinstance(model, torch.nn.Module):
         model.to(device)
     validate = _validator(model, planned, evaluator, pairs, data.n_users)
@@ -183,6 +183,13 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     files = {test.per_user_file: test.arrays for test in tests}
     files.update(_extra_files(model, payload, evaluator, rows))
     return rows, files, fit.epochs_run > 0
+
+
+def _model_class(planned: PlannedJob):
+    """The job's model class, from the source its key hashes (a model from outside the suite whose file changed
+    after the grid was planned fails here rather than run other code under the planned key)."""
+    source = planned.model_source
+    return model_class(planned.job.model, source["sha256"] if source else None)
 
 
 def _validator(model: Recommender, planned: PlannedJob, evaluator: Evaluator, pairs: RelevanceEvaluator,
@@ -228,7 +235,8 @@ def _job_fields(planned: PlannedJob, data: SequenceData) -> dict:
             "study": job.study, "variant": job.variant, "sweep": job.sweep, "profile": planned.profile,
             "dataset": job.dataset,
             "dataset_info": {"sha256": planned.data_sha256, "stats": data.stats(), "provenance": data.provenance},
-            "model": job.model, "hyperparameters": dataclasses.asdict(planned.config.model), "task": job.task,
+            "model": job.model, "model_source": planned.model_source,
+            "hyperparameters": dataclasses.asdict(planned.config.model), "task": job.task,
             "split": "test", "seed": job.seed}
 
 

@@ -7,7 +7,10 @@
 ``python -m datasets --help`` lists every dataset and the files it accepts.
 
 See ``registry.py`` for the datasets and their sources, ``preprocess.py`` for the preprocessing steps,
-``loader.py`` for file lookup, downloads and caching, ``synthetic.py`` for generated data.
+``loader.py`` for file lookup, downloads and caching, ``synthetic.py`` for generated data, ``logs.py`` for
+interaction logs of the user's own (a CSV/TSV file or a DataFrame):
+
+>>> data = load_log(InteractionLog("clicks.csv", LogFormat(user="uid", item="iid", time="ts")), "clicks")
 """
 from recbench.datasets.errors import ChecksumError, DatasetFormatError, DownloadError, MissingDataError
 from recbench.datasets.loader import (
@@ -15,9 +18,11 @@ from recbench.datasets.loader import (
     DATA_DIR_ENV,
     dataset_on_disk,
     load_dataset,
+    load_log,
     resolve_cache_dir,
     resolve_data_dir,
 )
+from recbench.datasets.logs import InteractionLog, LogFormat, log_entries, log_format
 from recbench.datasets.preprocess import Preprocessing, prepare
 from recbench.datasets.readers import FORMATS, Interactions, read_interactions
 from recbench.datasets.registry import DATASET_NAMES, PAPER_DATASETS, URLS, dataset_names
@@ -30,4 +35,5 @@ __all__ = [
     "read_interactions", "FORMATS", "Interactions", "prepare", "Preprocessing", "generate",
     "SequenceData", "LeaveOneOutSplit", "Histories",
     "DatasetFormatError", "MissingDataError", "DownloadError", "ChecksumError",
+    "InteractionLog", "LogFormat", "load_log", "log_entries", "log_format",
 ]

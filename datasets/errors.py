@@ -13,11 +13,12 @@ class DatasetFormatError(ValueError):
 
     The message names the file, the 1-based line (when one line is at fault), what was expected there and
     what was found, e.g. ``ratings.dat: line 12: expected UserID::MovieID::Rating::Timestamp; found '1::2'``.
+    For a DataFrame, ``unit="row"`` names the row's position instead.
     """
 
-    def __init__(self, where: str, line: int | None, expected: str, found: str | None = None):
+    def __init__(self, where: str, line: int | None, expected: str, found: str | None = None, unit: str = "line"):
         self.where, self.line, self.expected, self.found = where, line, expected, found
-        location = f"{where}: line {line}" if line is not None else where
+        location = f"{where}: {unit} {line}" if line is not None else where
         message = f"{location}: expected {expected}"
         if found is not None:
             message += f"; found {found!r}"

@@ -5,6 +5,9 @@ order (authors' file, then third-party sequences, then raw upstream file) in the
 the download cache; only when no kind is on disk is anything downloaded, again in preference order.
 Prepared datasets are cached as ``<cache>/prepared/<name>-<kind>-<key>.npz``, where the key hashes the
 file's sha256, the zip member, the format and the preprocessing settings; a cache hit skips parsing.
+
+``load_log`` prepares a log of the user's own (``logs.py``: a CSV/TSV file or a DataFrame) the same way; a file's
+preparation is cached as ``<cache>/prepared/log-<name>-<key>.npz``, the key hashing its sha256 and format.
 """
 from __future__ import annotations
 
@@ -18,10 +21,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 from tqdm.auto import tqdm
 
 from recbench.datasets.download import download as fetch, sha256_of
 from recbench.datasets.errors import ChecksumError, DownloadError, MissingDataError
+from recbench.datasets.logs import InteractionLog, frame_interactions, read_log
 from recbench.datasets.preprocess import prepare
 from recbench.datasets.readers import describe, find_member, read_interactions
 from recbench.datasets.registry import DatasetSpec, Source, SyntheticSpec, get_spec
@@ -202,6 +207,31 @@ def _status(progress: bool, message: str) -> None:
     logger.info(message)
     if progress:
         tqdm.write(message, file=sys.stderr)
+
+
+def load_log(log: InteractionLog, name: str, cache_dir: str | Path | None = None,
+             progress: bool = True) -> SequenceData:
+    """A log of the user's own, named ``name``, prepared as the registry's datasets are (``logs.py``)."""
+    fmt = log.format
+    if isinstance(log.source, pd.DataFrame):
+        provenance = {"dataset": name, "source": "DataFrame", "rows": len(log.source), "format": fmt.describe()}
+        return prepare(frame_interactions(log.source, fmt, name), fmt.preprocessing, name, provenance)
+    path = Path(log.source).expanduser()
+    if not path.is_file():
+        raise MissingDataError(f"dataset {name!r}: {path}: no such file")
+    file_sha256 = sha256_of(path)
+    key = hashlib.sha256(json.dumps({"file_sha256": file_sha256, "format": fmt.describe(),
+                                     "preprocessing": fmt.preprocessing.describe()}, sort_keys=True).encode())
+    cached = resolve_cache_dir(cache_dir) / "prepared" / f"log-{name}-{key.hexdigest()[:16]}.npz"
+    data = _load_cache(cached)
+    if data is not None:
+        return data
+    _status(progress, f"{name}: preparing from {path} (once; later runs read the cache)")
+    provenance = {"dataset": name, "source": "file", "file": str(path.resolve()), "file_sha256": file_sha256,
+                  "format": fmt.describe()}
+    data = prepare(read_log(path, fmt), fmt.preprocessing, name, provenance)
+    data.save(cached)
+    return data
 
 
 def _load_synthetic(spec: SyntheticSpec, cache: Path, progress: bool) -> SequenceData:

@@ -86,10 +86,10 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
     short = np.flatnonzero(lengths < MIN_SPLIT_LENGTH)
     if len(short):
         raise DatasetFormatError(
-            interactions.where, interactions.first_line + int(row[offsets[short[0]]]),
+            interactions.where, interactions.line(int(row[offsets[short[0]]])),
             f"at least {MIN_SPLIT_LENGTH} interactions per user for the leave-one-out split, but the user of "
-            f"this line has {lengths[short[0]]} after preprocessing ({len(short)} such user(s)); "
-            f"set min_user_interactions >= {MIN_SPLIT_LENGTH} to drop them")
+            f"this {interactions.unit} has {lengths[short[0]]} after preprocessing ({len(short)} such user(s)); "
+            f"set min_user_interactions >= {MIN_SPLIT_LENGTH} to drop them", unit=interactions.unit)
 
     present = np.zeros(int(item.max()) + 1, dtype=bool)
     present[item] = True

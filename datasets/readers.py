@@ -40,10 +40,16 @@ class Interactions:
     user: np.ndarray
     item: np.ndarray
     time: np.ndarray  # unix seconds, days for Steam, or the row index where the file has no time
-    first_line: int  # 1-based line number of row 0; rows are consecutive lines
+    first_line: int  # 1-based line number of row 0; rows are consecutive lines (unless ``lines`` says)
+    lines: np.ndarray | None = None  # the line of each row, where rows were left out (a log's min_rating)
+    unit: str = "line"  # what a position counts: "line" of a file, or "row" of a DataFrame
 
     def __len__(self) -> int:
         return len(self.user)
+
+    def line(self, row: int) -> int:
+        """Where row ``row`` came from, for messages."""
+        return int(self.lines[row]) if self.lines is not None else self.first_line + row
 
 
 @dataclass(frozen=True)

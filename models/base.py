@@ -109,8 +109,13 @@ class Recommender(ABC):
     """Base of all models, neural or not. A model without gradient training (POP) also defines
     ``fit(train) -> FitReport``."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # how messages and progress bars call the model; its class name unless it says
     Config: ClassVar[type]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" not in vars(cls):
+            cls.name = cls.__name__
 
     def __init__(self, n_users: int, n_items: int, config):
         if not dataclasses.is_dataclass(config):

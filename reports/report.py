@@ -68,6 +68,24 @@ def _versions(rows) -> list[str]:
     return [f"{library} {' / '.join(sorted(v))}" for library, v in sorted(seen.items())]
 
 
+def _model_sources(rows) -> list[str]:
+    """One line per model from outside the suite: its source file, the sha256 of that source and the commit of
+    the checkout it lives in (``model_source`` of the rows; results/README.md)."""
+    sources = {}
+    for row in rows:
+        if row.get("model_source"):
+            sources.setdefault(row.get("model"), []).append(row.get("model_source"))
+    lines = ["- Models from outside the suite:"] if sources else []
+    for model, found in sorted(sources.items()):
+        hashes = sorted({source.get("sha256", "not recorded") for source in found})
+        commits = sorted({str(source.get("commit")) for source in found if source.get("commit")})
+        warning = " **(rows disagree: different code!)**" if len(hashes) > 1 else ""
+        lines.append(f"  - `{model}`: `{found[0].get('file') or 'defined in a notebook or script'}`, sha256 "
+                     f"{', '.join(f'`{h[:12]}`' for h in hashes)}{warning}"
+                     + (f"; commit {', '.join(f'`{c}`' for c in commits)}" if commits else "; not in a git checkout"))
+    return lines
+
+
 def _provenance(results: ResultSet) -> list[str]:
     rows = results.rows
     lines = [f"- Results folder: `{results.folder}` ({len(rows)} results"
@@ -92,6 +110,7 @@ def _provenance(results: ResultSet) -> list[str]:
     commits = _distinct(rows, "commit")
     dirty = " (a `-dirty` commit had uncommitted changes)" if any(c.endswith("-dirty") for c in commits) else ""
     lines.append(f"- Commit: {', '.join(f'`{c}`' for c in commits)}{dirty}.")
+    lines += _model_sources(rows)
     versions = _versions(rows)
     lines.append(f"- Library versions: {', '.join(versions) if versions else 'not recorded'}.")
     created = sorted(str(r.get("created")) for r in rows if r.get("created"))

@@ -102,13 +102,17 @@ class ConfigChange:
 
 
 def _settings(raw: dict) -> dict:
-    """The settings a row was produced with, flat: hyper-parameters, trainer settings, profile and protocol.
+    """The settings a row was produced with, flat: hyper-parameters, trainer settings, profile and protocol (and
+    the source hash of a model from outside the suite).
     Rows of job-key version 1 also held how their training ran (checkpoint, progress, seed, compile), left out."""
     flat = dict(raw.get("hyperparameters") or {})
     train = raw.get("train_settings") or {}
     flat.update({name: value for name, value in train.items()
                  if name not in ("checkpoint", "progress", "seed", "compile")})
     flat["profile"] = raw.get("profile")
+    source = raw.get("model_source") or {}
+    if source.get("sha256"):  # a model from outside the suite: an edit of its source is a change of settings
+        flat["model source sha256"] = source["sha256"][:12]
     return flat
 
 

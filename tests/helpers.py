@@ -75,3 +75,75 @@ class FixedScorer(Recommender):
     def score(self, users, histories, candidates):
         self.seen_histories.append(histories.clone())
         return gather_candidates(self.table[users], candidates)
+
+
+# Models of a user's own, written by tests into a package outside the checkout. The sound one is padding-proof
+# (padding is masked); the other runs a GRU over the left padding too, so its scores change with its width.
+OWN_MODEL = '''"""The mean embedding of a user's last items against every item's embedding, trained by softmax."""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recbench.models.base import NeuralRecommender, gather_candidates, require
+
+
+@dataclass
+class Config:
+    hidden: int = 16
+    window: int = 2
+
+    def __post_init__(self):
+        require(self, self.hidden >= 1, "hidden", "be >= 1")
+
+
+class MyRec(NeuralRecommender):
+    Config = Config
+
+    def __init__(self, n_users, n_items, config):
+        super().__init__(n_users, n_items, config)
+        self.items = nn.Embedding(n_items + 1, config.hidden, padding_idx=0)
+
+    @property
+    def history_length(self):
+        return self.config.window
+
+    def query(self, histories):
+        real = (histories > 0).float().unsqueeze(-1)
+        return (self.items(histories) * real).sum(1) / real.sum(1).clamp(min=1)
+
+    def training_examples(self, train):
+        items = torch.from_numpy(train.items)
+        first = torch.from_numpy(train.offsets[:-1]).repeat_interleave(torch.from_numpy(train.lengths))
+        index = torch.arange(len(items))[:, None] + torch.arange(-self.config.window, 0)
+        history = torch.where(index >= first[:, None], items[index.clamp(min=0)], 0)
+        keep = torch.arange(len(items)) > first
+        return {"history": history[keep], "target": items[keep]}
+
+    def loss(self, batch, generator):
+        return F.cross_entropy(self.query(batch["history"]) @ self.items.weight[1:].T, batch["target"] - 1)
+
+    def score(self, users, histories, candidates):
+        return gather_candidates(self.query(histories) @ self.items.weight.T, candidates)
+'''
+
+PADDING_SENSITIVE_MODEL = OWN_MODEL.replace(
+    '''        self.items = nn.Embedding(n_items + 1, config.hidden, padding_idx=0)
+''', '''        self.items = nn.Embedding(n_items + 1, config.hidden, padding_idx=0)
+        self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
+''').replace(
+    '''        real = (histories > 0).float().unsqueeze(-1)
+        return (self.items(histories) * real).sum(1) / real.sum(1).clamp(min=1)
+''', '''        return self.gru(self.items(histories))[0][:, -1]  # runs over the padding too
+''')
+
+
+def write_package(root: Path, package: str, files: dict[str, str]) -> Path:
+    """``root/package/`` with an empty ``__init__.py`` and ``files`` (name -> text); returns the package folder."""
+    folder = root / package
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "__init__.py").write_text("")
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder

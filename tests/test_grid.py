@@ -192,7 +192,7 @@ def test_any_ranking_metric_can_select_the_checkpoint(tmp_path, capsys):
 
 def test_user_errors_are_one_or_two_lines_and_debug_shows_the_traceback(tmp_path, capsys):
     code, _, err = run(["--models", "pop", "--device", "tpu"], tmp_path, capsys)
-    assert code == 2 and err.strip() == "error: unknown device 'tpu'; expected auto, cpu or cuda[:N]"
+    assert code == 2 and err.strip() == "error: unknown device 'tpu'; expected one of auto, cpu, cuda, cuda:N"
     with pytest.raises(Exception, match="unknown device"):
         run(["--models", "pop", "--device", "tpu", "--debug"], tmp_path)
 

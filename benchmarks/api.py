@@ -1,0 +1,133 @@
+"""The Python API: run a grid from a notebook or a script and get its results as a pandas DataFrame.
+
+    from recbench.benchmarks.api import run
+
+    results = run(datasets=["ml-1m", "data/clicks.csv"], models=["pop", "sasrec", "mypkg.mymodel:MyRec"],
+                  log_format={"user": "uid", "item": "iid", "time": "ts"}, output="results/mine",
+                  data_dir="/path/to/files", resume=True)
+    results.pivot_table(index="model", columns=["dataset", "protocol"], values="NDCG@10")
+
+It runs the grid exactly as ``run_all.py`` does (:func:`benchmarks.grid.run_jobs`): the same checks before
+training, the same output folder, keys and resume, so a grid started here can be resumed from the command line
+and the other way round. It works from any directory once the suite is installed (``pip install -e .``).
+
+- ``datasets``: registry names; paths of CSV/TSV logs of the user's own (named by their file's stem); and dicts
+  that name logs: name -> a path, a pandas DataFrame or a :class:`~datasets.InteractionLog`, e.g.
+  ``["ml-1m", {"clicks": frame}]``. ``log_format`` (a :class:`~datasets.LogFormat` or a dict of its fields:
+  ``user``, ``item``, ``time``, ``rating``, ``sep``, ``min_rating``, ``min_item_interactions``,
+  ``min_user_interactions``) says how to read the logs. A CSV file and a DataFrame with the same rows, under the
+  same name, give the same keys and metrics.
+- ``models``: names (registered, entry points, import paths ``package.module:Class``) or model classes. A class
+  that its import path reaches runs anywhere; one defined in a notebook or a script's ``__main__`` runs in this
+  process only: with ``n_jobs`` > 1 or a Dask cluster the grid is refused before it starts, with a sentence
+  saying to move the class into a module.
+- ``settings``: ``--set`` strings (``"hidden=128"``, ``"MyRec:lr=1e-3"``).
+- ``**options``: fields of :class:`~benchmarks.options.RunOptions` (``profile``, ``protocols``, ``device``,
+  ``data_dir``, ``cache_dir``, ``config_files``, ``resume``, ``n_jobs``, ``threads``, ``dask_scheduler``,
+  ``keep_checkpoints``, ``compile``, ``progress``).
+
+It returns one row per line of ``results.jsonl`` that belongs to the grid (rows kept by ``resume`` included), in
+the order of the jobs: every field of the line as a column (results/README.md), and each metric as a column of its
+own. Tables and figures: ``recbench.reports.generate_report(output)``, or ``python -m reports OUTPUT``.
+:class:`~benchmarks.jobs.GridError` is raised before any training when the grid cannot run, :class:`JobsFailed`
+(holding the finished rows) after it when some jobs failed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from recbench.benchmarks.check_model import ModelCheckError, check_model
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import TASKS, GridError, Job
+from recbench.benchmarks.negatives import PAIRS
+from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.relevance import TASK as RELEVANCE
+from recbench.benchmarks.store import ResultStore
+from recbench.datasets import InteractionLog, LogFormat, log_entries
+from recbench.datasets.errors import unknown
+from recbench.datasets.logs import check_log_name
+from recbench.models import model_name_of
+
+__all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat"]
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs of the grid failed (each is in ``failed.jsonl`` with its error); ``results`` holds the rows of
+    the others. Fix the cause and run again with ``resume=True``: finished jobs are kept."""
+
+    def __init__(self, message: str, results: pd.DataFrame):
+        super().__init__(message)
+        self.results = results
+
+
+def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, seeds=(0,), task="next-item",
+        settings=(), log_format: LogFormat | dict | None = None, output=None, log=print,
+        **options) -> pd.DataFrame:
+    """Run the grid ``datasets`` × ``models`` × ``seeds`` and return its results (module docstring)."""
+    if task not in TASKS:
+        raise unknown("task", task, TASKS)
+    fmt = LogFormat(**log_format) if isinstance(log_format, dict) else (log_format or LogFormat())
+    names, logs = _datasets(datasets, fmt)
+    model_names = [model if isinstance(model, str) else model_name_of(model) for model in _listed(models)]
+    profile = options.get("profile", "smoke")
+    options.setdefault("protocols", (PAIRS,) if task == RELEVANCE else ("full", "pop100"))
+    output = Path(output or Path("results") / f"{'-'.join(names)}{'-relevance' if task == RELEVANCE else ''}"
+                                              f"-{profile}")
+    command = ["recbench.benchmarks.api.run", f"datasets={names}", f"models={model_names}", f"seeds={list(seeds)}",
+               f"task={task}", *(f"--set {text}" for text in settings)]
+    run_options = RunOptions(output=output, logs=logs, command=command, **options)
+    jobs = [Job(dataset, model, seed, overrides=tuple(settings), task=task)
+            for dataset in names for model in model_names for seed in seeds]
+    result = run_jobs(jobs, run_options, log=log)
+    results = _frame(result.planned, output)
+    if result.failed:
+        raise JobsFailed(f"{len(result.failed)} of {len(result.planned)} job(s) failed (details in "
+                         f"{output / 'failed.jsonl'}): "
+                         + "; ".join(f"{outcome.run_id}: {outcome.error}" for outcome in result.failed), results)
+    return results
+
+
+def _listed(value) -> list:
+    """A single dataset or model, or several."""
+    return [value] if isinstance(value, (str, Path, pd.DataFrame, dict, type)) else list(value)
+
+
+def _datasets(datasets, fmt: LogFormat) -> tuple[list[str], dict[str, InteractionLog]]:
+    """Dataset names and the logs of the user's own among them, by name."""
+    names, logs = [], {}
+    for entry in _listed(datasets):
+        if isinstance(entry, pd.DataFrame):
+            raise TypeError("name each DataFrame: datasets={'mine': frame}")
+        found = _named_logs(entry, fmt) if isinstance(entry, dict) else log_entries([str(entry)], fmt)[1]
+        names += list(found) or [str(entry)]
+        logs.update(found)
+    if len(set(names)) < len(names):
+        raise ValueError(f"datasets: a name is given twice ({', '.join(names)})")
+    return names, logs
+
+
+def _named_logs(entries: dict, fmt: LogFormat) -> dict[str, InteractionLog]:
+    logs = {}
+    for name, source in entries.items():
+        check_log_name(name, "a DataFrame" if isinstance(source, pd.DataFrame) else source)
+        if isinstance(source, InteractionLog):
+            logs[name] = source
+        elif isinstance(source, (pd.DataFrame, str, Path)):
+            logs[name] = InteractionLog(source if isinstance(source, pd.DataFrame) else Path(source), fmt)
+        else:
+            raise TypeError(f"datasets[{name!r}]: expected a path, a DataFrame or an InteractionLog, got "
+                            f"{type(source).__name__}")
+    return logs
+
+
+def _frame(planned: list, output: Path) -> pd.DataFrame:
+    """The rows of ``results.jsonl`` that belong to the planned jobs, in their order; each metric a column."""
+    order = {job.key: number for number, job in enumerate(planned)}
+    rows = sorted((row for row in ResultStore(output).rows if row.get("key") in order),
+                  key=lambda row: order[row["key"]])
+    frame = pd.DataFrame(rows)
+    if not rows:
+        return frame
+    return pd.concat([frame, pd.DataFrame([row["metrics"] for row in rows], index=frame.index)], axis=1)

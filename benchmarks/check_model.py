@@ -1,0 +1,526 @@
+"""The interface check of a model, as scikit-learn's ``check_estimator`` serves estimator authors: one battery of
+checks that every model must pass for the harness to train, select and score it correctly.
+
+    python -m recbench.benchmarks.check_model mypkg.mymodel:MyRec          # exits 1 when a check fails
+    python -m recbench.benchmarks.check_model mypkg.mymodel:MyRec --slow   # also: does it beat POP?
+
+and from a test of the user's own::
+
+    from recbench.benchmarks.check_model import check_model
+
+    def test_my_model_fits_the_suite():
+        check_model(MyRec)  # or "mypkg.mymodel:MyRec"; raises ModelCheckError naming each failure and its fix
+
+The model is built with its smoke-profile settings (``benchmarks.config``) on a small dataset in which every
+user's validation item and test item are ids that appear nowhere else, trained for one epoch by the shared
+trainer (or fitted, for a model without gradient training) with validation, and scored as the evaluator scores
+it. The checks that apply to its kind run (a ranker or a model trained for relevance; trained or not):
+
+- ``interface``: the class resolves, its ``Config`` is a dataclass whose defaults build, its settings resolve,
+  the model builds and trains or fits; every other check needs it;
+- ``settings``: each field's default survives ``--set`` (its type is one the suite reads), and an unknown or
+  mistyped ``--set`` field is the suite's one-line error;
+- ``test item``: neither the validation nor the test item reaches the model before the test pass (training
+  examples, histories scored during training and validation, item-indexed buffers, a fitted model's scores);
+- ``shapes``, ``candidates``, ``factors``, ``batch``, ``padding``: scores have the documented shapes and a
+  floating dtype and are finite; candidate scores are the gathered full scores; ``score_factors`` (when given)
+  build the same scores; a user's scores depend neither on the other users of the batch nor on how much left
+  padding the history has;
+- ``checkpoint``: the state_dict of a trained model, saved and loaded into a fresh one, restores its scores;
+- ``relevance``: probabilities in [0, 1] with the documented shapes, its own (a model trained for relevance) or
+  its calibrated scores' (a ranker, as ``--task relevance`` calibrates it).
+
+Warnings do not fail: ``draws`` (the loss draws from torch's global generator, so a resumed run's random draws
+differ from an uninterrupted run's) and, with ``slow``, ``beats POP`` (a smoke-profile run on the synthetic data
+against POP).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import sys
+import tempfile
+import typing
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from recbench.benchmarks.config import ConfigError, ResolvedConfig, check_overrides, resolve
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.relevance import RelevanceEvaluator, calibrate
+from recbench.benchmarks.trainer import TrainRun, fit_model
+from recbench.datasets.sequences import PAD, LeaveOneOutSplit, SequenceData
+from recbench.datasets.synthetic import generate
+from recbench.models import model_class, model_name_of
+from recbench.models.base import NeuralRecommender, Recommender
+from recbench.models.relevance import RelevanceModel
+
+PASSED, FAILED, WARNING, SKIPPED = "passed", "failed", "warning", "skipped"
+EXTRA_PADDING = 7  # columns of padding added on the left by the padding check
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+
+
+@dataclass
+class CheckResult:
+    check: str
+    status: str  # passed, failed, warning or skipped
+    message: str = ""  # what is wrong and what to fix (why a check was skipped)
+
+
+class ModelCheckError(AssertionError):
+    """Some checks failed; the message has one line per failure, each saying what to fix."""
+
+    def __init__(self, name: str, results: list[CheckResult]):
+        self.results = results
+        failed = [result for result in results if result.status == FAILED]
+        super().__init__(f"{name}: {len(failed)} check(s) failed\n"
+                         + "\n".join(f"  {result.check}: {result.message}" for result in failed))
+
+
+def check_model(model, *, slow: bool = False, raise_on_failure: bool = True, log=None) -> list[CheckResult]:
+    """Run the battery (module docstring) on ``model``: a name ``run_all.py --models`` accepts, or a model class.
+    Returns every check's result; with ``raise_on_failure`` a failed check raises :class:`ModelCheckError`.
+    ``log(result)`` is called as each check ends."""
+    name = model if isinstance(model, str) else getattr(model, "__qualname__", repr(model))
+    results = []
+    for result in _battery(model, slow):
+        results.append(result)
+        if log is not None:
+            log(result)
+    if raise_on_failure and any(result.status == FAILED for result in results):
+        raise ModelCheckError(name, results)
+    return results
+
+
+# ------------------------------------------------------------------------------------------------ the bench
+
+class _Spy:
+    """Records what the harness hands a model before its test pass: every history it scores and the training
+    examples it builds. Installed as instance attributes, so that the model's own code calls them too."""
+
+    def __init__(self, model: Recommender):
+        self.testing = False
+        self.histories_before_test: list[torch.Tensor] = []
+        self.histories_in_test: list[torch.Tensor] = []
+        self.examples: dict = {}
+        for method in ("score", "score_factors", "predict_proba", "attention_maps"):
+            setattr(model, method, self._recording(getattr(model, method)))
+        if isinstance(model, NeuralRecommender):
+            original = model.training_examples
+            model.training_examples = lambda train: self._keep(original(train))
+
+    def _recording(self, method):
+        def recorded(users, histories, *rest):
+            (self.histories_in_test if self.testing else self.histories_before_test).append(histories.detach().cpu())
+            return method(users, histories, *rest)
+        return recorded
+
+    def _keep(self, examples: dict) -> dict:
+        self.examples = {key: value.detach().cpu() for key, value in examples.items()}
+        return examples
+
+
+@dataclass
+class _Bench:
+    """The model under test, built and fitted once, and what the checks score it with."""
+
+    name: str
+    cls: type
+    config: ResolvedConfig
+    split: LeaveOneOutSplit
+    model: Recommender | None = None
+    spy: _Spy | None = None
+    users: torch.Tensor | None = None
+    histories: torch.Tensor | None = None
+    sentinels: dict = field(default_factory=dict)  # "validation", "test", "never seen" -> item id
+
+    @property
+    def neural(self) -> bool:
+        return issubclass(self.cls, NeuralRecommender)
+
+    @property
+    def relevance(self) -> bool:
+        return issubclass(self.cls, RelevanceModel)
+
+    def scores(self, users=None, histories=None, candidates=None, model=None) -> torch.Tensor:
+        model = model or self.model
+        with torch.inference_mode():
+            return model.score(self.users if users is None else users,
+                               self.histories if histories is None else histories, candidates)
+
+
+def sentinel_data(n_users: int = 40, n_items: int = 60, extra_items: int = 940) -> tuple[SequenceData, dict]:
+    """Small synthetic sequences over items 1..n_items, each followed by the same validation item and the same
+    test item, two ids that appear nowhere else; a third id appears nowhere at all. The sentinels are the
+    largest ids (n_items + extra_items - 2 and on), far above any user id, length or position a model's
+    training examples might hold beside item ids."""
+    base = generate(n_users, n_items, mean_length=8.0, seed=0, max_length=20)
+    total = n_items + extra_items
+    sentinels = {"validation": total - 2, "test": total - 1, "never seen": total}
+    sequences = [np.r_[base.sequence(user), sentinels["validation"], sentinels["test"]] for user in range(n_users)]
+    return SequenceData.from_sequences("check", sequences, n_items=total), sentinels
+
+
+def _bench(name: str) -> _Bench:
+    """Resolve the model and its smoke settings and build it, untrained, with the test split's users and
+    histories to score (errors here fail the interface check)."""
+    cls = model_class(name)
+    cls.Config()  # every field has a default, which __post_init__ accepts
+    config = resolve(name, "synthetic", "smoke")
+    data, sentinels = sentinel_data()
+    bench = _Bench(name, cls, config, LeaveOneOutSplit(data), sentinels=sentinels)
+    if not bench.neural and not callable(getattr(cls, "fit", None)):
+        raise TypeError(f"{cls.__qualname__} neither derives from NeuralRecommender (trained by the suite's "
+                        f"trainer) nor defines fit(train) -> FitReport")
+    torch.manual_seed(0)
+    bench.model = cls(data.n_users, data.n_items, config.model)
+    if isinstance(bench.model, torch.nn.Module):
+        bench.model.eval()
+    view = bench.split.test()
+    rows = np.arange(len(view))
+    bench.users = torch.from_numpy(view.users[rows])
+    bench.histories = torch.from_numpy(view.padded(rows, max(bench.model.history_length, 1)))
+    return bench
+
+
+def _fit(bench: _Bench) -> None:
+    """Train the model one epoch with validation (or fit it) and score the test split, all through the suite's
+    trainer and evaluators, with the spy watching."""
+    model = bench.model
+    bench.spy = _Spy(model)
+    metric = "AUC" if bench.relevance else "NDCG@10"
+    settings = dataclasses.replace(bench.config.train, max_epochs=1, max_steps=None, patience=None,
+                                   time_budget_s=None, valid_every=1, valid_metric=metric, valid_protocol="full",
+                                   valid_users=None, warmup_steps=0)
+    evaluator, pairs = Evaluator(bench.split, seed=0), RelevanceEvaluator(bench.split, seed=0)
+    if bench.relevance:
+        def validate(current):
+            return pairs.evaluate(current, "valid", bench.name).metrics
+    else:
+        def validate(current):
+            return evaluator.evaluate(current, "valid", "full", bench.name).metrics
+    fit_model(model, bench.split.train(), validate, settings, TrainRun(seed=0, progress=False))
+    bench.spy.testing = True
+    (pairs.evaluate(model, "test", bench.name) if bench.relevance
+     else evaluator.evaluate(model, "test", "full", bench.name))
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+
+
+def _battery(model, slow: bool):
+    """Every check's result, in order (a generator, so that a command line can show each as it ends)."""
+    try:
+        name = model if isinstance(model, str) else model_name_of(model)
+        bench = _bench(name)
+        shapes = _check_shapes(bench)  # of the untrained model: training and validation need them right
+        if shapes is None:
+            _fit(bench)
+    except Exception as error:  # noqa: BLE001  (any failure here is the model's: say what it was)
+        yield CheckResult("interface", FAILED, _interface_fix(error))
+        return
+    yield CheckResult("interface", PASSED)
+    if shapes is not None:
+        yield CheckResult("shapes", FAILED, shapes)
+        return
+    for check, applies, severity, run in CHECKS:
+        if not applies(bench):
+            yield CheckResult(check, SKIPPED, "does not apply to this kind of model")
+            continue
+        try:
+            problem = run(bench)
+        except Exception as error:  # noqa: BLE001
+            problem = f"raised {type(error).__name__}: {error}"
+        yield CheckResult(check, severity if problem else PASSED, problem or "")
+    if slow:
+        yield _beats_pop(name)
+
+
+def _interface_fix(error: Exception) -> str:
+    text = f"{type(error).__name__}: {error}" if not isinstance(error, ValueError) else str(error)
+    return (f"{text} (the model must resolve, its Config() build from defaults, its settings resolve, and it must "
+            f"build from (n_users, n_items, config) and train or fit; ARCHITECTURE.md, \"The model interface\")")
+
+
+# ----------------------------------------------------------------------------------------------- the checks
+
+def _check_settings(bench: _Bench) -> str | None:
+    """Every field's default through --set, an unknown field and a mistyped one."""
+    name, problems = bench.name, []
+    hints = typing.get_type_hints(bench.cls.Config)
+    for item in dataclasses.fields(bench.cls.Config):
+        text = f"{name}:{item.name}={_as_toml(getattr(bench.config.model, item.name))}"
+        try:
+            check_overrides([text], [name])
+            resolve(name, "synthetic", "smoke", [text])
+        except (ValueError, TypeError) as error:
+            problems.append(f"--set {item.name}=<its value> fails ({error}): annotate each Config field as int, "
+                            f"float, bool, str, tuple, or one of them | None")
+    wrong = [f"{name}:no_such_field=1"]
+    typed = next((item.name for item in dataclasses.fields(bench.cls.Config) if hints[item.name] in (int, float)),
+                 None)
+    if typed is not None:
+        wrong.append(f"{name}:{typed}='abc'")
+    for text in wrong:
+        try:
+            check_overrides([text], [name])
+            resolve(name, "synthetic", "smoke", [text])
+            problems.append(f"--set {text} was accepted; a wrong --set must be refused before training")
+        except ConfigError as error:
+            if "\n" in str(error) or ("must" not in str(error) and "unknown field" not in str(error)):
+                problems.append(f"--set {text} gave {error!r}, not the suite's one-line error")
+    return "; ".join(problems) or None
+
+
+def _as_toml(value) -> str:
+    """A value as ``--set`` reads it (TOML; ``none`` unsets an optional field)."""
+    if value is None:
+        return "none"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_as_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _check_test_item(bench: _Bench) -> str | None:
+    """The validation and test items never reach the model before its test pass."""
+    held_out = {bench.sentinels["validation"]: "validation item", bench.sentinels["test"]: "test item"}
+    spy, problems = bench.spy, []
+    for key, tensor in spy.examples.items():
+        for item, what in held_out.items():
+            if not torch.is_floating_point(tensor) and bool((tensor == item).any()):
+                problems.append(f"training_examples(train) returned the {what} in {key!r}: build the examples "
+                                f"from the train view only")
+    for histories in spy.histories_before_test:
+        for item, what in held_out.items():
+            if bool((histories == item).any()):
+                problems.append(f"a history scored during training or validation holds the {what}")
+    if any(bool((histories == bench.sentinels["test"]).any()) for histories in spy.histories_in_test):
+        problems.append("a history scored in the test pass holds the test item")
+    problems += _leaked_state(bench)
+    return "; ".join(dict.fromkeys(problems)) or None
+
+
+def _leaked_state(bench: _Bench) -> list[str]:
+    """What the fitted model knows of the test item: item-indexed buffers, or a fitted model's scores, that
+    treat it unlike an item never seen."""
+    test, unseen = bench.sentinels["test"], bench.sentinels["never seen"]
+    problems = []
+    if isinstance(bench.model, torch.nn.Module):
+        for key, buffer in bench.model.named_buffers():
+            if buffer.dim() == 1 and len(buffer) > unseen and buffer[test] != buffer[unseen]:
+                problems.append(f"buffer {key!r} holds a value for the test item unlike for an item never seen: "
+                                f"compute it from the train view only")
+    if not bench.neural:
+        scores = bench.scores(histories=torch.from_numpy(
+            bench.split.valid().padded(np.arange(len(bench.users)), bench.histories.shape[1])))
+        if not torch.equal(scores[:, test], scores[:, unseen]):
+            problems.append("after fit(train) the test item scores unlike an item never seen: fit on the train "
+                            "view only")
+    return problems
+
+
+def _check_shapes(bench: _Bench) -> str | None:
+    full = bench.scores()
+    rows, slots = len(bench.users), bench.split.n_items + 1
+    if tuple(full.shape) != (rows, slots):
+        return (f"score(users, histories, None) returned shape {tuple(full.shape)}, expected {(rows, slots)}: one "
+                f"score per item id, column 0 (padding) included")
+    if not torch.is_floating_point(full):
+        return f"scores are {full.dtype}; return floating-point scores"
+    if not torch.isfinite(full[:, 1:]).all():
+        return "scores hold NaN or inf; the evaluator refuses them"
+    candidates = _candidates(bench)
+    some = bench.scores(candidates=candidates)
+    if tuple(some.shape) != tuple(candidates.shape) or not torch.is_floating_point(some):
+        return (f"score(users, histories, candidates {tuple(candidates.shape)}) returned {tuple(some.shape)} "
+                f"{some.dtype}; return one floating-point score per candidate")
+    return None
+
+
+def _candidates(bench: _Bench) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(1, bench.split.n_items + 1, (len(bench.users), 9), generator=generator)
+
+
+def _check_candidates(bench: _Bench) -> str | None:
+    candidates = _candidates(bench)
+    gathered, some = bench.scores().gather(1, candidates), bench.scores(candidates=candidates)
+    if not torch.allclose(some.float(), gathered.float(), **TOLERANCE):
+        return (f"candidate scores differ from the full scores gathered at the same ids (largest difference "
+                f"{_gap(some, gathered)}): score each candidate as in the full ranking, e.g. "
+                f"gather_candidates(full_scores, candidates) (models.base)")
+    return None
+
+
+def _check_factors(bench: _Bench) -> str | None:
+    with torch.inference_mode():
+        product = bench.model.score_factors(bench.users, bench.histories).full()
+    full = bench.scores()
+    if not torch.allclose(product.float(), full.float(), **TOLERANCE):
+        return (f"score_factors(...).full() differs from score(..., None) (largest difference "
+                f"{_gap(product, full)}); the evaluator ranks with the factors on the CPU, so they must give the "
+                f"same scores")
+    return None
+
+
+def _has_factors(bench: _Bench) -> bool:
+    with torch.inference_mode():
+        return bench.model.score_factors(bench.users[:2], bench.histories[:2]) is not None
+
+
+def _check_batch(bench: _Bench) -> str | None:
+    together = bench.scores()
+    order = torch.arange(len(bench.users) - 1, -1, -1)
+    reversed_ = bench.scores(bench.users[order], bench.histories[order])[order]
+    alone = torch.cat([bench.scores(bench.users[i:i + 1], bench.histories[i:i + 1]) for i in (0, 5, 17)])
+    if not (torch.allclose(reversed_, together, **TOLERANCE) and torch.allclose(alone, together[[0, 5, 17]],
+                                                                                **TOLERANCE)):
+        return ("a user's scores change with the other users of the batch or their order: score each user on "
+                "its own (no statistics across the batch at evaluation; the evaluator chunks users freely)")
+    return None
+
+
+def _check_padding(bench: _Bench) -> str | None:
+    wider = torch.cat([torch.full((len(bench.users), EXTRA_PADDING), PAD), bench.histories], 1)
+    together, padded = bench.scores(), bench.scores(histories=wider)
+    if not torch.allclose(padded, together, **TOLERANCE):
+        return (f"scores change with {EXTRA_PADDING} more columns of left padding (largest difference "
+                f"{_gap(padded, together)}): histories are left-padded with 0 to any width of at least "
+                f"history_length; leave padding out (mask item id 0, e.g. multiply its embeddings by "
+                f"(histories > 0)) or read only the last history_length columns")
+    return None
+
+
+def _check_checkpoint(bench: _Bench) -> str | None:
+    buffer = io.BytesIO()
+    torch.save(bench.model.state_dict(), buffer)
+    torch.manual_seed(1)
+    fresh = bench.cls(bench.split.data.n_users, bench.split.n_items, bench.config.model)
+    fresh.training_examples(bench.split.train())  # as the trainer does before it loads a checkpoint
+    buffer.seek(0)
+    fresh.load_state_dict(torch.load(buffer, weights_only=True))
+    fresh.eval()
+    restored, scores = bench.scores(model=fresh), bench.scores()
+    if not torch.allclose(restored, scores, **TOLERANCE):
+        return (f"a fresh model loaded with the trained state_dict scores differently (largest difference "
+                f"{_gap(restored, scores)}): keep every learned tensor in a parameter or a registered buffer "
+                f"(register_buffer), so that checkpoints and resumed runs restore it")
+    return None
+
+
+def _check_relevance(bench: _Bench) -> str | None:
+    pairs = RelevanceEvaluator(bench.split, seed=0)
+    scorer = bench.model if bench.relevance else calibrate(bench.model, pairs, bench.name)
+    candidates = _candidates(bench)
+    wider = torch.cat([torch.full((len(bench.users), EXTRA_PADDING), PAD), bench.histories], 1)
+    with torch.inference_mode():
+        several = scorer.predict_proba(bench.users, bench.histories, candidates)
+        one = scorer.predict_proba(bench.users, bench.histories, candidates[:, 0])
+        padded = scorer.predict_proba(bench.users, wider, candidates)
+    if tuple(several.shape) != tuple(candidates.shape) or tuple(one.shape) != (len(bench.users),):
+        return (f"predict_proba returned {tuple(several.shape)} for candidates {tuple(candidates.shape)} and "
+                f"{tuple(one.shape)} for {(len(bench.users),)}; return one probability per candidate")
+    if not (torch.isfinite(several).all() and (several >= 0).all() and (several <= 1).all()):
+        return "probabilities must be finite and in [0, 1]"
+    if not torch.allclose(one.double(), several[:, 0].double(), **TOLERANCE):
+        return "a candidate's probability changes with the other candidates scored beside it"
+    if bench.relevance and not torch.allclose(padded.double(), several.double(), **TOLERANCE):
+        return "probabilities change with more left padding of the histories"  # a ranker's: the padding check
+    return None
+
+
+def _check_draws(bench: _Bench) -> str | None:
+    examples = bench.model.training_examples(bench.split.train())
+    batch = {key: value[:32] for key, value in examples.items()}
+    bench.model.train()
+    losses = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        losses.append(bench.model.loss(batch, torch.Generator().manual_seed(7)).detach())
+    bench.model.eval()
+    if not torch.equal(losses[0], losses[1]):
+        return ("the loss draws random numbers from torch's global generator (e.g. nn.Dropout), not only from its "
+                "generator argument: runs still repeat from the job's seed, but a resumed run's draws differ from "
+                "an uninterrupted run's")
+    return None
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> str:
+    return f"{float((a.double() - b.double()).abs().max()):.3g}"
+
+
+def _always(bench: _Bench) -> bool:
+    return True
+
+
+CHECKS = (  # (name, applies to the bench, severity when it finds a problem, the check)
+    ("settings", _always, FAILED, _check_settings),
+    ("test item", _always, FAILED, _check_test_item),
+    ("shapes", _always, FAILED, _check_shapes),
+    ("candidates", _always, FAILED, _check_candidates),
+    ("factors", _has_factors, FAILED, _check_factors),
+    ("batch", _always, FAILED, _check_batch),
+    ("padding", _always, FAILED, _check_padding),
+    ("checkpoint", lambda bench: bench.neural, FAILED, _check_checkpoint),
+    ("relevance", _always, FAILED, _check_relevance),
+    ("draws", lambda bench: bench.neural, WARNING, _check_draws),
+)
+
+
+# ------------------------------------------------------------------------------------------ the slow check
+
+def _beats_pop(name: str) -> CheckResult:
+    """A smoke-profile run of the model and POP on the synthetic data, as ``run_all.py`` runs them."""
+    from recbench.benchmarks.grid import run_jobs
+    from recbench.benchmarks.jobs import Job
+    from recbench.benchmarks.options import RunOptions
+
+    relevance = issubclass(model_class(name), RelevanceModel)
+    task, metric = ("relevance", "AUC") if relevance else ("next-item", "NDCG@10")
+    with tempfile.TemporaryDirectory() as folder:
+        options = RunOptions(output=folder, protocols=("full",), profile="smoke", cache_dir=folder, device="cpu",
+                             progress=False)
+        try:
+            result = run_jobs([Job("synthetic", model, 0, task=task) for model in ("pop", name)], options,
+                              log=lambda *_: None)
+        except Exception as error:  # noqa: BLE001
+            return CheckResult("beats POP", WARNING, f"the smoke run failed: {error}")
+    if result.failed:
+        return CheckResult("beats POP", WARNING, f"the smoke run failed: {result.failed[0].error}")
+    value = {row["model"]: row["metrics"][metric] for row in result.rows}
+    if value[name] <= value["pop"]:
+        return CheckResult("beats POP", WARNING, f"after its smoke-profile training on the synthetic data, {metric} "
+                                                 f"{value[name]:.4f} is not above POP's {value['pop']:.4f}: it may "
+                                                 f"learn too little in the smoke budget, or not at all")
+    return CheckResult("beats POP", PASSED, f"{metric} {value[name]:.4f} against POP's {value['pop']:.4f}")
+
+
+# ------------------------------------------------------------------------------------------- command line
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recbench.benchmarks.check_model", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", metavar="MODEL",
+                        help="a registered name, an entry point, or package.module:Class")
+    parser.add_argument("--slow", action="store_true", help="also train on the synthetic data against POP")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # tiny models: threads only add overhead
+    results = []
+    for name in args.models:
+        print(f"{name}:")
+        results += check_model(name, slow=args.slow, raise_on_failure=False, log=_show)
+    failed, warnings = (sum(result.status == status for result in results) for status in (FAILED, WARNING))
+    print(f"{failed} check(s) failed" if failed else "every check passed",
+          f"({warnings} warning(s))" if warnings else "")
+    return 1 if failed else 0
+
+
+def _show(result: CheckResult) -> None:
+    label = {PASSED: "pass", FAILED: "FAIL", WARNING: "warn", SKIPPED: "skip"}[result.status]
+    print(f"  {label}  {result.check}" + (f": {result.message}" if result.message else ""), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Logs of the user's own (``datasets/logs.py``): a CSV/TSV file with a column mapping, or a DataFrame, prepared
+under the registry's preprocessing choices; the same rows give the same keys and metrics either way; a bad file
+is one line naming the file, the line and the column, before anything trains."""
+import gzip
+
+import pandas as pd
+import pytest
+
+import run_all
+from recbench.benchmarks.api import run
+from recbench.benchmarks.store import read_results
+from recbench.datasets import InteractionLog, LogFormat, generate, load_log, log_entries, log_format
+from recbench.datasets.errors import DatasetFormatError
+
+MAPPING = {"user": "uid", "item": "iid", "time": "ts", "rating": "stars"}
+
+
+def clicks(n_users=150, n_items=200) -> pd.DataFrame:
+    """A log with text user ids, dates for times, ratings (every fifth below 3) and its rows shuffled."""
+    data = generate(n_users, n_items, 10.0, seed=5)
+    rows = [(f"user{user}", int(item) * 3, pd.Timestamp("2021-03-01") + pd.Timedelta(hours=step), 1 + step % 5)
+            for user in range(data.n_users) for step, item in enumerate(data.sequence(user))]
+    frame = pd.DataFrame(rows, columns=["uid", "iid", "ts", "stars"])
+    return frame.sample(frac=1.0, random_state=0).reset_index(drop=True)
+
+
+def test_a_csv_log_with_a_mapping_and_the_same_dataframe_give_identical_keys_and_metrics(tmp_path, capsys):
+    frame = clicks()
+    path = tmp_path / "clicks.csv"
+    frame.assign(ts=frame["ts"].dt.strftime("%Y-%m-%dT%H:%M:%S")).to_csv(path, index=False)  # dates as text
+    common = ["--models", "pop", "bprmf", "--set", "bprmf:max_epochs=2", "--cache-dir", str(tmp_path / "cache"),
+              "--quiet", "--no-report"]
+    assert run_all.main(["--datasets", f"clicks={path}", "--columns", *(f"{role}={column}" for role, column in
+                                                                       MAPPING.items()),
+                         "--filters", "min_rating=3", "--output", str(tmp_path / "csv"), *common]) == 0
+    from_csv = read_results(tmp_path / "csv" / "results.jsonl")
+    from_frame = run({"clicks": frame}, ["pop", "bprmf"], settings=["bprmf:max_epochs=2"],
+                     log_format={**MAPPING, "min_rating": 3}, output=tmp_path / "frame", progress=False,
+                     cache_dir=tmp_path / "cache", log=lambda *a: None)
+    assert [row["key"] for row in from_csv] == from_frame["key"].tolist() and len(from_csv) == 4
+    assert [row["metrics"] for row in from_csv] == from_frame["metrics"].tolist()
+    assert from_csv[0]["dataset_info"]["sha256"] == from_frame["dataset_info"][0]["sha256"]
+    rated = frame[frame["stars"] >= 3].groupby("uid").size()  # min_rating, then users with >= 5 of them
+    assert from_csv[0]["dataset_info"]["stats"]["actions"] == rated[rated >= 5].sum() < len(frame)
+    assert from_csv[0]["dataset_info"]["provenance"]["source"] == "file"
+    assert from_frame["dataset_info"][0]["provenance"]["source"] == "DataFrame"
+
+
+def test_preprocessing_is_the_registrys_stable_time_sort_duplicates_and_filters(tmp_path):
+    path = tmp_path / "log.tsv"
+    path.write_text("who\twhat\twhen\tstars\n"
+                    "b\t7\t2\t5\n"
+                    "a\t30\t5\t4\n"
+                    "a\t10\t5\t5\n"  # same time as the line above: file order kept
+                    "a\t20\t1\t1\n"  # below min_rating
+                    "a\t40\t9\t5\n"
+                    "a\t30\t9\t5\n"  # a repeated pair: the earliest is kept
+                    "b\t10\t1\t5\n"
+                    "b\t99\t3\t5\n"  # item 99 is seen once: dropped by min_item_interactions=2
+                    "b\t30\t4\t3\n"
+                    "b\t40\t8\t3\n"
+                    "c\t7\t1\t5\n")  # user c keeps 1 interaction: dropped by min_user_interactions=3
+    fmt = LogFormat(user="who", item="what", time="when", rating="stars", min_rating=3, min_item_interactions=2,
+                    min_user_interactions=3)
+    data = load_log(InteractionLog(path, fmt), "tiny", cache_dir=tmp_path / "cache", progress=False)
+    # Items 7, 10, 30, 40 seen at least twice -> ids 1..4 in sorted order; users a, b.
+    assert data.n_items == 4 and data.n_users == 2
+    assert [list(data.sequence(u)) for u in range(2)] == [[3, 2, 4], [2, 1, 3, 4]]
+    assert data.provenance["counts"] == {"rows": 10, "after_duplicates": 9, "after_item_filter": 8,
+                                         "after_user_filter": 7}
+    assert data.provenance["format"]["min_rating"] == 3 and data.provenance["file"] == str(path)
+
+
+def test_a_prepared_file_is_cached_and_prepared_again_when_it_changes(tmp_path, monkeypatch):
+    path = tmp_path / "log.csv.gz"
+    with gzip.open(path, "wt") as file:
+        file.write(clicks().to_csv(index=False))
+    log = InteractionLog(path, LogFormat(**MAPPING))
+    first = load_log(log, "logs", cache_dir=tmp_path, progress=False)
+    from recbench.datasets import loader
+
+    monkeypatch.setattr(loader, "read_log", lambda *args: pytest.fail("the cache was not used"))
+    assert load_log(log, "logs", cache_dir=tmp_path, progress=False).content_sha256() == first.content_sha256()
+    monkeypatch.undo()
+    with gzip.open(path, "wt") as file:
+        file.write(clicks().iloc[:-40].to_csv(index=False))
+    assert load_log(log, "logs", cache_dir=tmp_path, progress=False).content_sha256() != first.content_sha256()
+
+
+GOOD = "uid,iid,ts,stars\nu1,7,100,5\nu1,8,101,4\nu1,9,102,5\n"
+
+
+@pytest.mark.parametrize("text, fmt, message", [
+    ("uid,item\nu1,7\n", {}, "clicks.csv: line 1: no column 'user' for the user in the header (separator ',') (uid, "
+                             "item); name it with --columns user=COLUMN"),
+    (GOOD + ",7,103,5\n", MAPPING, "clicks.csv: line 5: expected a user id in column 'uid'; found ',7,103,5'"),
+    (GOOD + "u2,,103,5\n", MAPPING, "clicks.csv: line 5: expected an item id in column 'iid'; found 'u2,,103,5'"),
+    (GOOD + "u2,7,yesterday,5\n", MAPPING, "clicks.csv: line 5: expected a time (a number, e.g. unix seconds, or an "
+                                           "ISO 8601 date) in column 'ts'; found 'u2,7,yesterday,5'"),
+    (GOOD + "u2,7,103,five\n", {**MAPPING, "min_rating": 3}, "clicks.csv: line 5: expected a numeric rating in "
+                                                              "column 'stars'; found 'u2,7,103,five'"),
+    (GOOD + "u2,7,103,5,extra\n", MAPPING, "clicks.csv: line 5: expected 4 fields, as many as the header names; "
+                                           "found 'u2,7,103,5,extra'"),
+    (GOOD + "u2,7,103,5,extra,more\n", MAPPING, "clicks.csv: line 5: expected 4 fields, as many as the header "
+                                                "names; found '6 fields'"),
+    ("uid,iid,uid\nu1,7,u1\n", MAPPING, "clicks.csv: line 1: expected a header line naming the columns, each "
+                                        "once; found 'uid,iid,uid'"),
+    ("uid,iid,ts,stars\nu1,7,100,5\n\nu1,8,101,4\n\n", MAPPING, "clicks.csv: line 3: expected a user id in column "
+                                                                 "'uid'; found ''"),
+    ("", MAPPING, "clicks.csv: line 1: expected a header line naming the columns, each once; found 'an empty line'"),
+    ("uid,iid,ts,stars\n\n", MAPPING, "clicks.csv: expected lines of interactions after the header; found 'none'"),
+    ("uid,iid\nu1,7\n", {"user": "uid", "item": "iid", "min_rating": 3},
+     "clicks.csv: min_rating=3 needs a rating column; name it with --columns rating=COLUMN"),
+    (GOOD + "u2,7,103,5\n", {**MAPPING, "min_user_interactions": 0},
+     "clicks.csv: line 5: expected at least 3 interactions per user for the leave-one-out split, but the user of "
+     "this line has 1 after preprocessing"),
+    ("uid,iid,ts,stars\nu1,7,100,1\n", {**MAPPING, "min_rating": 3},
+     "clicks.csv: expected rows rated at least min_rating=3; found 'none'"),
+])
+def test_a_bad_log_is_one_line_naming_the_file_line_and_column(tmp_path, text, fmt, message):
+    path = tmp_path / "clicks.csv"
+    path.write_text(text)
+    with pytest.raises((DatasetFormatError, ValueError)) as raised:
+        load_log(InteractionLog(path, LogFormat(**fmt)), "clicks", cache_dir=tmp_path, progress=False)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_truncated_gzip_file_trains_nothing_and_is_one_line(tmp_path, capsys):
+    path = tmp_path / "clicks.csv.gz"
+    path.write_bytes(gzip.compress(clicks().to_csv(index=False).encode())[:-200])
+    code = run_all.main(["--datasets", str(path), "--columns", "user=uid", "item=iid", "--models", "pop",
+                         "--output", str(tmp_path / "out"), "--cache-dir", str(tmp_path), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and not (tmp_path / "out" / "results.jsonl").exists()
+    assert err.startswith(f"error: dataset 'clicks': {path}: expected a readable UTF-8 text file (plain or .gz)")
+
+
+def test_a_dataframes_fault_names_its_row_and_column():
+    frame = pd.DataFrame({"user": [1, 1, None, 1], "item": [5, 6, 7, 8]})
+    with pytest.raises(DatasetFormatError, match=r"^DataFrame 'mine': row 2: expected a user id in column 'user'$"):
+        load_log(InteractionLog(frame), "mine")
+    with pytest.raises(ValueError, match="DataFrame 'mine': no column 'uid' for the user in its columns"):
+        load_log(InteractionLog(frame, LogFormat(user="uid")), "mine")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--datasets", "ml-1m=clicks.csv"], "dataset name 'ml-1m' (of clicks.csv) is a registered dataset's; give the "
+                                         "log another name, e.g. --datasets my-ml-1m=clicks.csv"),
+    (["--datasets", "clicks.csv", "--columns", "usr=uid"], "--columns 'usr=uid': unknown key 'usr'; expected one of "
+                                                           "user, item, time, rating, sep"),
+    (["--datasets", "clicks.csv", "--filters", "min_rating=high"], "--filters 'min_rating=high': min_rating must be a "
+                                                                   "number"),
+    (["--datasets", "clicks.csv", "--filters", "min_user_interactions=-1"], "--filters: filter thresholds must be "
+                                                                            ">= 0"),
+    (["--datasets", "synthetic", "--columns", "user=uid"], "--columns and --filters describe logs of your own"),
+    (["--datasets", "nosuchdata"], "unknown dataset 'nosuchdata'; expected one of beauty, "),
+])
+def test_bad_data_options_are_one_line_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as raised:
+        run_all.parse_args(argv)
+    assert raised.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_missing_log_file_is_named_before_anything_trains(tmp_path, capsys):
+    code = run_all.main(["--datasets", str(tmp_path / "nowhere.csv"), "--models", "pop", "--output",
+                         str(tmp_path / "out"), "--cache-dir", str(tmp_path), "--quiet"])
+    assert code == 2 and capsys.readouterr().err.strip() == (f"error: dataset 'nowhere': {tmp_path / 'nowhere.csv'}: "
+                                                             f"no such file")
+
+
+def test_dataset_entries_name_logs_by_their_stem_or_as_given():
+    names, logs = log_entries(["synthetic", "data/clicks.csv.gz", "views=data/v.tsv"], log_format(["user=uid"]))
+    assert names == ["synthetic", "clicks", "views"]
+    assert logs["clicks"].source.name == "clicks.csv.gz" and logs["views"].format.user == "uid"
+    with pytest.raises(ValueError, match="two logs are named 'clicks'"):
+        log_entries(["a/clicks.csv", "b/clicks.csv"], LogFormat())
+    fmt = log_format(["sep=\\t"], ["min_item_interactions=5"])
+    assert fmt.sep == "\t" and fmt.preprocessing.min_item_interactions == 5
