@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("datasets", "models", "benchmarks", "reports")
 # Modules a user runs (command lines, the Python API): they may import every layer.
-ENTRY_POINTS = {"run_all", "recbench.benchmarks.cli", "recbench.benchmarks.studies"}
+ENTRY_POINTS = {"run_all", "recbench.benchmarks.cli", "recbench.benchmarks.studies", "recbench.benchmarks.tune"}
 EXPERIMENTS = "recbench.benchmarks.experiments"
 # What reports may take from the harness: the metrics from rank counts, and the atomic writes of the store.
 REPORTS_MAY_IMPORT = {"recbench.benchmarks.metrics", "recbench.benchmarks.store"}
