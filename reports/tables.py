@@ -122,7 +122,7 @@ def dataset_table(results: ResultSet) -> Table | None:
 
 # ------------------------------------------------------------------------------------------------- Table 2
 
-def _paired_test(per_user: PerUser, cells: dict[str, Cell], seeds: dict[str, list[Row]], metric: str):
+def paired_test(per_user: PerUser, cells: dict[str, Cell], seeds: dict[str, list[Row]], metric: str):
     """BERT4Rec tested against the best baseline (else the best model against the runner-up): ``(pair, test)``;
     None when there is no pair to test, False when a test was wanted but per-user values were missing."""
     ranked = sorted((m for m in cells if cells[m].value is not None), key=lambda m: -cells[m].value)
@@ -191,7 +191,7 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
             summaries += [s for s in found.values() if s is not None]
             cells = {m: value_cell(found[m]) for m in models}
             mark_best(list(cells.values()))
-            tested = _paired_test(per_user, cells, seeds, metric)
+            tested = paired_test(per_user, cells, seeds, metric)
             if tested is False:
                 untested.add(names.dataset_name(dataset))
             elif tested:
