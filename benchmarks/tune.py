@@ -23,7 +23,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from recbench.benchmarks.tuning import PRUNERS, SAMPLERS
     from recbench.datasets import DATASET_NAMES
     from recbench.datasets.errors import unknown
-    from recbench.models import model_names
+    from recbench.models import model_class, model_names
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,10 +66,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-final", action="store_true", help="stop after the search (no test runs)")
     add_run_options(parser)
     args = parser.parse_args(argv)
-    for kind, given, valid in (("dataset", args.datasets, DATASET_NAMES), ("model", args.models, model_names())):
-        for name in given:
-            if name not in valid:
-                parser.error(str(unknown(kind, name, valid)))
+    for name in args.datasets:
+        if name not in DATASET_NAMES:
+            parser.error(str(unknown("dataset", name, DATASET_NAMES)))
+    for name in args.models:
+        try:
+            model_class(name)  # a registered name, or whatever else the registry resolves
+        except ValueError as error:
+            parser.error(str(error))
     if args.output is None:
         args.output = str(Path("results") / f"tune-{'-'.join(args.datasets)}-{args.profile}")
     return args

@@ -257,6 +257,7 @@ def test_killing_the_driver_mid_search_then_resume_loses_and_duplicates_nothing(
     assert len(keys) == len(set(keys))  # no settings trained twice
 
 
+@pytest.mark.slow  # half a minute: a cluster to start (the grid's Dask test covers the executor in the default tier)
 def test_a_dask_cluster_on_this_machine_runs_a_search(tmp_path):
     pytest.importorskip("distributed")
     with dask_cluster({"RECBENCH_CACHE_DIR": str(tmp_path / "cache")}) as address:
