@@ -181,6 +181,15 @@ class Context:
     log: object = print
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A finished trial, as a trial with equal settings reuses it."""
+
+    number: int
+    value: float
+    attrs: dict
+
+
 class Search:
     """One study: asks Optuna for trials as workers become free, runs each as a job, tells the outcomes."""
 
@@ -190,7 +199,7 @@ class Search:
         self.lock = threading.RLock()
         self.running: dict[str, tuple] = {}  # key -> (trial, planned job)
         self.waiting: dict[str, list] = {}  # key -> trials with the same settings, told when it finishes
-        self.completed: dict[str, object] = {}  # key -> a finished trial with that key
+        self.completed: dict[str, Finished] = {}  # key -> the first finished trial with that key
         self.counted = 0  # trials that count toward --trials
         self.seconds: list[float] = []  # of the trials that trained
         self.error: BaseException | None = None
@@ -242,7 +251,8 @@ class Search:
             elif trial.state.is_finished() and not trial.user_attrs.get("interrupted"):
                 self.counted += 1
                 if trial.state == TrialState.COMPLETE and "key" in trial.user_attrs:
-                    self.completed.setdefault(trial.user_attrs["key"], trial)
+                    self.completed.setdefault(trial.user_attrs["key"], Finished(trial.number, trial.value,
+                                                                                trial.user_attrs))
         if not trials and self.context.settings.sampler != "grid":
             self._queue_defaults()
 
@@ -300,7 +310,7 @@ class Search:
         trial.set_user_attr("key", planned.key)
         if planned.key in self.completed:
             earlier = self.completed[planned.key]
-            self._tell(trial, "complete", earlier.value, {**_result_attrs(earlier.user_attrs),
+            self._tell(trial, "complete", earlier.value, {**_result_attrs(earlier.attrs),
                                                          "reused_from": earlier.number})
             self._show(trial.number, f"same settings as trial {earlier.number}, its result reused")
             return None
@@ -332,7 +342,7 @@ class Search:
                 self._tell(waiting, state, value, {**_result_attrs(attrs), "reused_from": trial.number})
                 self._show(waiting.number, f"same settings as trial {trial.number}, its result reused")
             if state == "complete":
-                self.completed.setdefault(outcome.key, self.study._storage.get_trial(trial._trial_id))
+                self.completed.setdefault(outcome.key, Finished(trial.number, value, attrs))
         (Path(self.context.options.output).resolve() / "checkpoints" / f"{planned.file_stem}.pt").unlink(
             missing_ok=True)
         if outcome.trained:
