@@ -134,6 +134,17 @@ def test_trials_with_equal_settings_run_once(tmp_path):
         assert trial.value == source.value and trial.user_attrs["key"] == source.user_attrs["key"]
 
 
+def test_the_grid_sampler_runs_every_point_of_the_grid_to_the_end(tmp_path, capsys):
+    argv = ["--datasets", "synthetic", "--models", "bprmf", "--sampler", "grid", "--no-final", "--space",
+            "hidden=[8, 16]", "--space", "reg=[0.01, 0.001]", "--space", "lr=none", "--space", "sample_alpha=none",
+            "--budget-epochs", "2", "--threads", "1", "--quiet", "--no-report"]
+    assert tune_cli(tmp_path, *argv) == 0
+    trials = study(tmp_path / "out").trials
+    assert sorted((t.params["hidden"], t.params["reg"]) for t in trials) == [(8, 0.001), (8, 0.01), (16, 0.001),
+                                                                             (16, 0.01)]
+    assert "[trial 4/4]" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--space", "hiden=[8, 16]"], "error: --space 'hiden=[8, 16]': unknown field 'hiden'; expected one of "),
     (["--space", "bprmf:dropout=[0.1]"], "error: --space 'bprmf:dropout=[0.1]': bprmf has no field 'dropout' to "
