@@ -39,16 +39,20 @@ from recbench.models.base import setting_error
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 PROFILES = ("smoke", "paper")
-SECTIONS = ("model", "train", "smoke")  # the tables of a model's configuration
+# The tables of a model's configuration: "search" is its tuning space (benchmarks.search), "tuned_from" names the
+# tuning study that chose a --config file's settings (written by benchmarks.tune, carried into the result rows).
+SECTIONS = ("model", "train", "smoke", "search", "tuned_from")
 
 
 @dataclass
 class ResolvedConfig:
     model: object  # the model's Config dataclass instance
     train: TrainSettings
+    tuned_from: dict | None = None  # the tuning study behind these settings (a --config file's [tuned_from] table)
 
     def as_dict(self) -> dict:
-        return {"hyperparameters": dataclasses.asdict(self.model), "train_settings": dataclasses.asdict(self.train)}
+        values = {"hyperparameters": dataclasses.asdict(self.model), "train_settings": dataclasses.asdict(self.train)}
+        return {**values, "tuned_from": self.tuned_from} if self.tuned_from else values
 
 
 class ConfigError(ValueError):
@@ -210,10 +214,12 @@ def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: li
     if profile not in PROFILES:
         raise unknown("profile", profile, PROFILES)
     model_values, train_values = _layered_values(model_tables(model_name), dataset, profile)
+    tuned_from = None
     for overlay in overlays:
         more_model, more_train = _layered_values(overlay.get(model_name, {}), dataset, profile)
         model_values.update(more_model)
         train_values.update(more_train)
+        tuned_from = _layer(overlay.get(model_name, {}).get("tuned_from", {}), dataset) or tuned_from
     model_fields, train_fields = fields_of(model_name)
     for text in overrides:
         target, field, value = parse_override(text)
@@ -229,7 +235,7 @@ def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: li
     origin = config_file(model_name) or f"{model_name} (its Config)"
     try:
         return ResolvedConfig(_build(model_class(model_name).Config, model_values, f"{origin} [model]"),
-                              _build(TrainSettings, train_values, f"{origin} [train]"))
+                              _build(TrainSettings, train_values, f"{origin} [train]"), tuned_from)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"{model_name}: {error}") from None
 

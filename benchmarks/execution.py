@@ -15,9 +15,10 @@ gets :class:`~benchmarks.worker.JobOutcome` values back as jobs finish; workers 
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import joblib
 import torch
@@ -29,6 +30,13 @@ from recbench.benchmarks.worker import JobOutcome, run_job
 from recbench.models import model_class, model_origin
 
 RETRIES = 2  # new starts of the unfinished jobs after a local worker process died
+
+
+def _handing(payloads: Iterator, handed: list) -> Iterator:
+    """``payloads``, each noted in ``handed`` as it is handed out (to run again those a dead worker left)."""
+    for payload in payloads:
+        handed.append(payload)
+        yield payload
 
 
 def cpu_threads() -> int:
@@ -121,10 +129,11 @@ class Executor:
         self.log(f"{n_jobs} workers share {len(devices)} CUDA devices: {', '.join(devices)}")
         return pool
 
-    def run(self, payloads: list, datasets: dict, started: Callable) -> Iterator:
-        """Outcomes of ``payloads`` as they finish; ``started(planned_job)`` is called as each is handed out."""
-        for payload in payloads:
-            payload.device_pool = self.device_pool
+    def run(self, payloads: Iterable, datasets: dict, started: Callable) -> Iterator:
+        """Outcomes of ``payloads`` as they finish; ``started(planned_job)`` is called as each is handed out.
+        ``payloads`` may be a generator: it is read one payload at a time, as a worker becomes free (tuning asks
+        for its next trial then), and from joblib's dispatching thread when jobs run in parallel."""
+        payloads = self._with_device_pool(payloads)
         if self.n_jobs == 1 and not self.dask_scheduler:
             for payload in payloads:
                 started(payload.planned)
@@ -134,25 +143,31 @@ class Executor:
             with joblib.parallel_config(backend="dask", wait_for_workers_timeout=60):
                 yield from self._parallel(payloads, datasets, started, n_jobs=-1)
             return
-        remaining = list(payloads)
+        remaining = payloads
         for attempt in range(RETRIES + 1):
-            finished = set()
+            finished, handed = set(), []
             try:
-                for outcome in self._parallel(remaining, datasets, started, n_jobs=self.n_jobs):
+                for outcome in self._parallel(_handing(remaining, handed), datasets, started, n_jobs=self.n_jobs):
                     finished.add(outcome.key)
                     yield outcome
                 return
             except joblib.externals.loky.process_executor.TerminatedWorkerError:
-                remaining = [p for p in remaining if p.planned.key not in finished]
+                unfinished = [p for p in handed if p.planned.key not in finished]
+                remaining = itertools.chain(unfinished, remaining)
                 if attempt == RETRIES:
                     break
-                self.log(f"a worker process died; running the {len(remaining)} unfinished job(s) again, "
+                self.log(f"a worker process died; running the {len(unfinished)} unfinished job(s) again, "
                          f"resuming from their checkpoints")
-                for payload in remaining:
+                for payload in unfinished:
                     payload.resume = True
         for payload in remaining:
             yield JobOutcome(payload.planned.key, payload.planned.run_id, "failed", error_type="WorkerDied",
                              error=f"its worker process died {RETRIES + 1} times (killed, or out of memory)")
+
+    def _with_device_pool(self, payloads: Iterable) -> Iterator:
+        for payload in payloads:
+            payload.device_pool = self.device_pool
+            yield payload
 
     def _parallel(self, payloads, datasets, started, n_jobs: int):
         def tasks():

@@ -75,6 +75,17 @@ class Job:
         return "__".join(re.sub(r"[^A-Za-z0-9_.=+-]+", "-", part) for part in self._parts())
 
 
+# Trainer settings added after KEY_VERSION 2 enter a key only when set, so that the keys of jobs that leave them
+# unset stay as they were.
+_LATER_TRAIN_SETTINGS = ("cpu_budget_s",)
+
+
+def _train_identity(settings) -> dict:
+    values = dataclasses.asdict(settings)
+    return {name: value for name, value in values.items()
+            if not (name in _LATER_TRAIN_SETTINGS and value is None)}
+
+
 @dataclass(frozen=True)
 class PlannedJob:
     """A job resolved for one run: its settings, its protocols and the hash of the data it trains on."""
@@ -96,8 +107,8 @@ class PlannedJob:
 
     def identity(self) -> dict:
         """Everything that determines this job's result rows; the key hashes it."""
-        train = dataclasses.asdict(self.config.train) if self.trains else None
-        return {
+        train = _train_identity(self.config.train) if self.trains else None
+        identity = {
             "key_version": KEY_VERSION, "dataset": self.job.dataset, "data_sha256": self.data_sha256,
             "model": self.job.model, "hyperparameters": dataclasses.asdict(self.config.model),
             "train_settings": train, "task": self.job.task, "protocols": sorted(self.protocols),
@@ -105,6 +116,9 @@ class PlannedJob:
             "profile": self.profile, "study": self.job.study, "variant": self.job.variant,
             "sweep": self.job.sweep, **self._source_identity(),
         }
+        if self.config.tuned_from:  # a label the rows carry, like the study's (absent: the keys of untuned jobs stay)
+            identity["tuned_from"] = self.config.tuned_from
+        return identity
 
     def _source_identity(self) -> dict:
         """The source hash of a model from outside the suite (nothing for a registered model, whose keys stay

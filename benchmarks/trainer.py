@@ -10,7 +10,7 @@ epoch, validate and decide, save a checkpoint; at the end the best-on-validation
 protocol's rule: the checkpoint that validation selects is the one tested). Adam, AdamW or BERT's
 AdamWeightDecay (``benchmarks.optim``), linear warm-up then linear or BERT's decay, gradient clipping, bf16
 autocast on CUDA when asked for, early stopping on a validation metric with a patience (or none), an epoch cap,
-a step cap and a wall-clock budget.
+a step cap, a wall-clock budget and a CPU-seconds budget.
 
 On a GPU the loop itself never makes the host wait for the device between steps: the running loss stays on the
 device and is checked for NaN/inf every ``FINITE_CHECK_STEPS`` batches and at the epoch's end (the model's own
@@ -68,6 +68,8 @@ class TrainSettings:
     max_steps: int | None = None  # stop after this many optimiser steps, and the decay's horizon (else max_epochs)
     patience: int | None = 10  # validations without improvement before stopping; none: never stop early
     time_budget_s: float | None = None  # wall-clock cap on training (validation included)
+    cpu_budget_s: float | None = None  # cap on the CPU-seconds of the training process (all its threads, validation
+    # included): a budget that a loaded, shared machine does not shrink, as wall-clock time does (tuning's budget)
     warmup_steps: int = 0
     decay: str = "none"  # after warm-up: "none" constant; "linear" to 0 over the steps after warm-up;
     # "polynomial": BERT's create_optimizer, lr·(1 − s/T) over all T steps, warm-up lr·s/W (benchmarks.optim)
@@ -99,6 +101,7 @@ class TrainSettings:
         require(self.max_steps is None or self.warmup_steps <= self.max_steps, "warmup_steps",
                 f"be at most max_steps={self.max_steps} (else the learning rate never reaches lr)")
         require(self.time_budget_s is None or self.time_budget_s > 0, "time_budget_s", "be > 0 seconds, or none")
+        require(self.cpu_budget_s is None or self.cpu_budget_s > 0, "cpu_budget_s", "be > 0 CPU-seconds, or none")
         require(self.clip_norm is None or self.clip_norm >= 0, "clip_norm", "be >= 0 (0 or none: no clipping)")
         require(self.valid_users is None or self.valid_users >= 0, "valid_users", "be >= 0 (0 or none: all users)")
         require(self.valid_metric in SELECTION_METRICS or check_metric_name(self.valid_metric), "valid_metric",
@@ -138,6 +141,7 @@ class TrainState:
     samples: int = 0  # training examples processed
     batch_seconds: float = 0.0  # time in the batch loop (validation excluded)
     train_seconds: float = 0.0  # time since the start, validation included
+    cpu_seconds: float = 0.0  # CPU time of the process since the start (all threads), validation included
     best_metric: float = -math.inf
     best_epoch: int = 0
     best_step: int = 0
@@ -161,6 +165,7 @@ class _Session:
     loss_of: Callable
     use_amp: bool
     started: float = 0.0  # perf_counter() at the run's start, earlier sessions' time included
+    cpu_started: float = 0.0  # process_time() at the run's start, earlier sessions' CPU time included
 
 
 def resolve_device(name: str) -> torch.device:
@@ -195,11 +200,13 @@ class Trainer:
         session = self._start(model, train)
         state, resumed_from = self._restore(session)
         session.started = time.perf_counter() - state.train_seconds
+        session.cpu_started = time.process_time() - state.cpu_seconds
         with self._progress_bar(model, state) as bar:
             while state.stopped_by is None:
                 cut_short = self._train_epoch(session, state, bar)
                 self._validate_and_decide(session, state, validate, cut_short)
                 state.train_seconds = time.perf_counter() - session.started
+                state.cpu_seconds = time.process_time() - session.cpu_started
                 self._show(bar, state, validate)
                 self._save(session, state)
         if state.best_weights is not None:
@@ -240,7 +247,7 @@ class Trainer:
 
     def _train_epoch(self, session: _Session, state: TrainState, bar) -> str | None:
         """One pass over the shuffled examples (stopping early at the step cap or the time budget); returns
-        "max steps" or "time budget" when one of them cut the epoch short, else None."""
+        "max steps", "time budget" or "cpu budget" when one of them cut the epoch short, else None."""
         s, device, model = self.settings, session.model.device, session.model
         epoch, epoch_started = state.epoch + 1, time.perf_counter()
         model.train()
@@ -260,6 +267,8 @@ class Trainer:
             samples += len(rows)
             if s.time_budget_s is not None and time.perf_counter() - session.started > s.time_budget_s:
                 cut_short = "time budget"
+            elif s.cpu_budget_s is not None and time.process_time() - session.cpu_started > s.cpu_budget_s:
+                cut_short = "cpu budget"
             elif s.max_steps is not None and session.schedule.last_epoch >= s.max_steps:  # steps taken so far
                 cut_short = "max steps"
             if (b + 1) % FINITE_CHECK_STEPS == 0 or cut_short or b + 1 == session.batches_per_epoch:

@@ -7,6 +7,9 @@ A job's ``task`` is ``next-item`` (rank the test target among each protocol's ca
 (judge each user's test pair, ``benchmarks.relevance``): a model trained for relevance is selected on the
 validation pairs and gives its own probabilities; any other model trains and is selected as for ranking, then
 its scores are calibrated on the validation pairs (Platt scaling, fitted on validation only).
+
+A tuning trial (``JobPayload.test`` false, :mod:`benchmarks.tuning`) stops after training: its one row holds the
+validation metrics of its selected epoch, and the test split is never evaluated.
 """
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ class JobPayload:
     commit: str
     compile: bool = False  # torch.compile each training step
     on_validation: Callable | None = None  # called after each validation (TrainRun.on_validation); picklable
+    test: bool = True  # False: a tuning trial, trained and validated only; its one row is the validation result
     device_pool: object = None  # a queue of CUDA devices shared by local workers, or None
     driver_pid: int = field(default_factory=os.getpid)  # the process that planned the job
 
@@ -174,11 +178,14 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     validate = _validator(model, planned, evaluator, pairs, data.n_users)
     run = TrainRun(seed=job.seed, checkpoint=checkpoint, progress=payload.progress, compile=payload.compile,
                    on_validation=payload.on_validation)
+    cpu_started = time.process_time()
     fit = fit_model(model, split.train(), validate, planned.config.train, run)
-    tests = _test(model, planned, evaluator, pairs)
     facts = {**_job_fields(planned, data), **_fit_fields(planned, fit), "model_report": model.training_report(),
-             "peak_memory_mb": memory.peak_mb(), "device": describe_device(device), "versions": library_versions(),
-             "commit": payload.commit}
+             "train_cpu_seconds": time.process_time() - cpu_started, "peak_memory_mb": memory.peak_mb(),
+             "device": describe_device(device), "versions": library_versions(), "commit": payload.commit}
+    if not payload.test:  # a tuning trial: the test split is never evaluated
+        return [_validation_row(planned, facts, fit)], {}, fit.epochs_run > 0
+    tests = _test(model, planned, evaluator, pairs)
     rows = [_result_row(facts, test, log) for test in tests]
     files = {test.per_user_file: test.arrays for test in tests}
     files.update(_extra_files(model, payload, evaluator, rows))
@@ -237,7 +244,12 @@ def _job_fields(planned: PlannedJob, data: SequenceData) -> dict:
             "dataset_info": {"sha256": planned.data_sha256, "stats": data.stats(), "provenance": data.provenance},
             "model": job.model, "model_source": planned.model_source,
             "hyperparameters": dataclasses.asdict(planned.config.model), "task": job.task,
-            "split": "test", "seed": job.seed}
+            "split": "test", "seed": job.seed, **_tuned_from(planned)}
+
+
+def _tuned_from(planned: PlannedJob) -> dict:
+    """``tuned_from``: the tuning study whose chosen settings the job ran with (absent for untuned settings)."""
+    return {"tuned_from": planned.config.tuned_from} if planned.config.tuned_from else {}
 
 
 def _fit_fields(planned: PlannedJob, fit: FitReport) -> dict:
@@ -259,6 +271,15 @@ def _result_row(facts: dict, test: TestResult, log) -> dict:
     return {**facts, "protocol": test.protocol, "tie_policy": test.tie_policy, "metrics": test.metrics,
             "users_evaluated": test.users_evaluated, "per_user_file": test.per_user_file,
             "eval_seconds": test.seconds, **test.extra,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def _validation_row(planned: PlannedJob, facts: dict, fit: FitReport) -> dict:
+    """A tuning trial's one row: the validation metrics of its selected epoch, under its validation protocol."""
+    best = next((entry for entry in fit.curve if entry["epoch"] == fit.best_epoch), {})
+    metrics = {name[len("valid_"):]: value for name, value in best.items() if name.startswith("valid_")}
+    _, protocol = selection_metric(planned.job, planned.config)
+    return {**facts, "split": "valid", "protocol": protocol, "metrics": metrics,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 

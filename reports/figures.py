@@ -449,3 +449,35 @@ def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outco
         figures.append(_save(fig, folder, f"bars_{protocol}",
                              f"Table 2 ({protocol}) as grouped bars per dataset; {errors}."))
     return Outcome(figures, notes)
+
+
+# ------------------------------------------------------------------------------------------------- tuning
+
+def tuning_figures(studies: list[dict], folder: Path) -> Outcome:
+    """The best validation value found against the number of trials, one line per tuning study (``tuning.json``,
+    :mod:`reports.tuning`), and each finished trial's value as a point."""
+    if not studies:
+        return Outcome([], [])
+    style = model_style([study["model"] for study in studies])
+    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    handles, labels = [], []
+    for study in studies:
+        colour, marker = style[study["model"]]
+        trials = sorted(study["trials"], key=lambda t: t["number"])
+        best, points = None, []
+        for trial in trials:
+            if trial["state"] == "complete" and trial["value"] is not None:
+                best = trial["value"] if best is None else max(best, trial["value"])
+                ax.plot(trial["number"] + 1, trial["value"], marker, color=colour, alpha=0.5, markersize=4)
+            points.append(best)
+        ax.step(range(1, len(points) + 1), [np.nan if p is None else p for p in points], where="post", color=colour)
+        handles.append(Line2D([], [], color=colour, marker=marker))
+        labels.append(f"{names.model_name(study['model'])} on {names.dataset_name(study['dataset'])}")
+    ax.set_xlabel("trials")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    objectives = sorted({study["objective"] for study in studies})
+    ax.set_ylabel(f"validation {' / '.join(objectives)}")
+    _legend_right(fig, handles, labels, title="study")
+    fig.suptitle("Best validation value against trials (line: best so far; points: finished trials)")
+    return Outcome([_save(fig, folder, "tuning_best_so_far", "Best validation value found against the number of "
+                          "trials, per tuning study.")], [])

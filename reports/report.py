@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from recbench.benchmarks.store import write_atomic
-from recbench.reports import figures, names, tables
+from recbench.reports import figures, names, tables, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
 from recbench.reports.results import SMOKE_LABEL, ResultSet, load_results
@@ -46,6 +46,7 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
         built += found
         if not any(found):
             notes.append(f"{what} skipped: no matching rows.")
+    built += tuning.tuning_tables(results, protocols, per_user, alpha)
     if per_user.problems:
         problems = sorted(per_user.problems)
         more = len(problems) - MAX_LISTED_PROBLEMS
@@ -175,7 +176,8 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
         outcomes = [figures.sensitivity_figures(results, figure_dir), figures.curve_figures(results, figure_dir),
                     figures.quality_time_figures(results, figure_dir),
                     figures.attention_figures(results, figure_dir, user=user),
-                    figures.bar_figures(results, figure_dir, present)]
+                    figures.bar_figures(results, figure_dir, present),
+                    figures.tuning_figures(tuning.load_studies(results_dir), figure_dir)]
     drawn = [f for outcome in outcomes for f in outcome.figures]
     notes += [note for outcome in outcomes for note in outcome.notes]
 

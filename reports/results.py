@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-STUDIES = ("main", "ablation", "sensitivity", "cloze")
+STUDIES = ("main", "ablation", "sensitivity", "cloze", "tuning")  # tuning: the final runs of benchmarks.tune
 TASKS = ("next-item", "relevance")
 SMOKE = "smoke"  # the profile whose results only check an installation
 SMOKE_LABEL = "smoke profile: installation check, not the paper's settings"

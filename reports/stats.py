@@ -6,6 +6,8 @@ Significance tests pair users. With several seeds, each user's per-seed values a
 (over the users present in every seed), rather than concatenated: the users are the independent units, and
 concatenating seeds would count each user once per seed and make p-values too small.
 Per-user values are recomputed from the stored rank counts with the shared evaluator, never re-derived here.
+A table that marks several comparisons corrects their p-values for their number (:func:`holm`), so that a table
+of many cells does not mark differences by chance.
 """
 from __future__ import annotations
 
@@ -119,3 +121,23 @@ class PerUser:
         t_p = float(stats.ttest_rel(x, y).pvalue)
         w_p = float(stats.wilcoxon(x, y).pvalue)
         return PairedTest(len(users), t_p if not math.isnan(t_p) else 1.0, w_p if not math.isnan(w_p) else 1.0)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjustment (Holm, Scand. J. Statist. 1979) of ``m`` p-values, in their order: the i-th
+    smallest becomes max over j <= i of min(1, (m - j + 1)·p_(j)). A difference is significant at level α when
+    its adjusted p-value is below α; the family-wise error rate of the whole table is then at most α."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [1.0] * len(pvalues), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def holm_tests(tests: list[PairedTest | None]) -> list[PairedTest | None]:
+    """The tests with each kind's p-values (t-test, Wilcoxon) Holm-adjusted over the tests that were made."""
+    made = [test for test in tests if test is not None]
+    t_adjusted = iter(holm([test.t_pvalue for test in made]))
+    w_adjusted = iter(holm([test.wilcoxon_pvalue for test in made]))
+    return [None if test is None else PairedTest(test.n_users, next(t_adjusted), next(w_adjusted)) for test in tests]

@@ -17,7 +17,7 @@ from recbench.reports import names
 from recbench.reports.published import PUBLISHED_PROTOCOL, Published
 from recbench.reports.render import GAP, Cell, Table, fmt
 from recbench.reports.results import SMOKE_LABEL, ResultSet, Row
-from recbench.reports.stats import PerUser, Summary, summarize
+from recbench.reports.stats import PairedTest, PerUser, Summary, holm_tests, summarize
 
 RANKING = "next-item"
 CLOZE_MODELS = ("sasrec", "bert4rec-1mask", "bert4rec")
@@ -122,10 +122,9 @@ def dataset_table(results: ResultSet) -> Table | None:
 
 # ------------------------------------------------------------------------------------------------- Table 2
 
-def _mark_significance(per_user: PerUser, cells: dict[str, Cell], seeds: dict[str, list[Row]],
-                       metric: str, alpha: float) -> bool:
-    """Test BERT4Rec against the best baseline (else the best model against the runner-up) and put the marks
-    on the better of the two. Returns False when a test was wanted but per-user values were missing."""
+def paired_test(per_user: PerUser, cells: dict[str, Cell], seeds: dict[str, list[Row]], metric: str):
+    """BERT4Rec tested against the best baseline (else the best model against the runner-up): ``(pair, test)``;
+    None when there is no pair to test, False when a test was wanted but per-user values were missing."""
     ranked = sorted((m for m in cells if cells[m].value is not None), key=lambda m: -cells[m].value)
     baselines = [m for m in ranked if m not in names.BERT4REC_FAMILY]
     if names.BERT4REC in ranked and baselines:
@@ -133,14 +132,26 @@ def _mark_significance(per_user: PerUser, cells: dict[str, Cell], seeds: dict[st
     elif len(ranked) >= 2:
         pair = (ranked[0], ranked[1])
     else:
-        return True
+        return None
     test = per_user.compare(seeds[pair[0]], seeds[pair[1]], metric)
-    if test is None:
-        return False
-    better = max(pair, key=lambda m: cells[m].value)
-    cells[better].marks = ((T_MARK if test.t_pvalue < alpha else "")
-                           + (W_MARK if test.wilcoxon_pvalue < alpha else ""))
-    return True
+    return False if test is None else (pair, test)
+
+
+def mark_significance(tests: list[tuple[dict, tuple, PairedTest]], alpha: float) -> None:
+    """Mark each ``(cells, pair, test)`` of one table on the better cell of its pair, its p-values Holm-adjusted
+    over all the table's tests (one family per kind of test), so the table's chance of any false mark is ≤ α."""
+    adjusted = holm_tests([test for _, _, test in tests])
+    for (cells, pair, _), test in zip(tests, adjusted):
+        better = max(pair, key=lambda m: cells[m].value)
+        cells[better].marks = ((T_MARK if test.t_pvalue < alpha else "")
+                               + (W_MARK if test.wilcoxon_pvalue < alpha else ""))
+
+
+def significance_note(alpha: float, comparisons: int, between: str) -> str:
+    return (f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users) between "
+            f"{between}, marked on the better of the two where p < {alpha:g} after Holm's correction for the "
+            f"{comparisons} comparison{'s' if comparisons != 1 else ''} of this table. With several seeds each "
+            f"user's values are averaged over seeds before pairing.")
 
 
 def improvement(cells: dict[str, Cell]) -> Cell:
@@ -169,7 +180,7 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
     with_improvement = against_baseline and any(d not in smoke_datasets for d in datasets)
     header = ["Dataset", "Metric", *map(names.model_name, models)] + (["Improv."] if with_improvement else [])
     table_rows, breaks, summaries = [], set(), []
-    untested = set()
+    untested, tests = set(), []
     for dataset in datasets:
         dataset_rows = [r for r in rows if r.dataset == dataset]
         metrics = names.order_metrics(m for r in dataset_rows for m in r.metrics)
@@ -180,8 +191,11 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
             summaries += [s for s in found.values() if s is not None]
             cells = {m: value_cell(found[m]) for m in models}
             mark_best(list(cells.values()))
-            if not _mark_significance(per_user, cells, seeds, metric, alpha):
+            tested = paired_test(per_user, cells, seeds, metric)
+            if tested is False:
                 untested.add(names.dataset_name(dataset))
+            elif tested:
+                tests.append((cells, *tested))
             line = [label(names.dataset_name(dataset)), label(metric), *(cells[m] for m in models)]
             if with_improvement:
                 line.append(Cell() if dataset in smoke_datasets else improvement(cells))
@@ -194,10 +208,9 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
         notes.append("Improv.: relative improvement of BERT4Rec over the best baseline "
                      "(BERT4Rec variants are not baselines)"
                      + ("; not given for smoke-profile results." if smoke_datasets else "."))
+    mark_significance(tests, alpha)
     pair = "BERT4Rec and the best baseline" if against_baseline else "the best model and the runner-up"
-    notes.append(f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users, "
-                 f"p < {alpha:g}) between {pair}, marked on the better of the two. With several seeds each "
-                 f"user's values are averaged over seeds before pairing.")
+    notes.append(significance_note(alpha, len(tests), pair))
     if untested:
         notes.append(f"Not tested (per-user files missing): {', '.join(sorted(untested))}.")
     return Table(f"table2_{protocol}", f"Performance of all models, protocol {protocol}{smoke_title}",

@@ -1,6 +1,13 @@
 """Helpers that several test modules use: where the staged real data lives, small synthetic datasets, a left-padded
-history builder and a scorer with fixed scores. Test modules import them from here, never from one another; the
-shared fixtures are in ``conftest.py``."""
+history builder, a scorer with fixed scores, models of a user's own in a package, a wait on a running command and
+a Dask cluster on this machine. Test modules import them from here, never from one another; the shared fixtures
+are in ``conftest.py``."""
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +154,40 @@ def write_package(root: Path, package: str, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (folder / name).write_text(text)
     return folder
+
+
+def wait_for(condition, process, seconds=120):
+    """Poll ``condition`` until it holds, failing when ``process`` ends first or time runs out."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, "the run ended before the condition was met"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@contextmanager
+def dask_cluster(env: dict, workers: int = 2):
+    """A Dask scheduler and ``workers`` one-thread workers on 127.0.0.1, each its own process running this
+    checkout (``env`` added to their environment); yields the scheduler's address."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    address = f"tcp://127.0.0.1:{port}"
+    common = ["--no-dashboard", "--host", "127.0.0.1"]
+    cluster = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port),
+                                 *common], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        cluster += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                      *common], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    for _ in range(workers)]
+        from dask.distributed import Client
+
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(workers, timeout=60)
+        yield address
+    finally:
+        for process in cluster:
+            process.terminate()
+        for process in cluster:
+            process.wait(timeout=30)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("datasets", "models", "benchmarks", "reports")
 # Modules a user runs (command lines, the Python API): they may import every layer.
 ENTRY_POINTS = {"run_all", "recbench.benchmarks.cli", "recbench.benchmarks.studies", "recbench.benchmarks.check_model",
-                "recbench.benchmarks.api"}
+                "recbench.benchmarks.api", "recbench.benchmarks.tune"}
 EXPERIMENTS = "recbench.benchmarks.experiments"
 # What reports may take from the harness: the metrics from rank counts, and the atomic writes of the store.
 REPORTS_MAY_IMPORT = {"recbench.benchmarks.metrics", "recbench.benchmarks.store"}

@@ -13,7 +13,7 @@ import pytest
 
 import run_all
 from recbench.benchmarks.store import read_results
-from tests.helpers import ROOT, SHARED_DATA, requires_shared_data
+from tests.helpers import ROOT, SHARED_DATA, dask_cluster, requires_shared_data, wait_for
 
 # Small, deterministic jobs on the built-in synthetic data: budgets in epochs, no wall-clock cap.
 TINY = ["--set", "time_budget_s=none", "--set", "sasrec:max_len=20", "--set", "sasrec:hidden=16",
@@ -247,14 +247,6 @@ def cli(tmp_path, *argv, output="out"):
                             start_new_session=True)
 
 
-def wait_for(condition, process, seconds=120):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert process.poll() is None, "the run ended before the condition was met"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def children(pid: int) -> list[int]:
     found = []
     for status in Path("/proc").glob("[0-9]*/stat"):
@@ -327,23 +319,7 @@ def test_ctrl_c_stops_with_one_line_saying_how_to_resume(tmp_path):
 
 def test_a_dask_cluster_on_this_machine_runs_the_grid(tmp_path, capsys):
     pytest.importorskip("distributed")
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RECBENCH_CACHE_DIR": str(tmp_path / "cache")}
-    address = f"tcp://127.0.0.1:{port}"
-    common = ["--no-dashboard", "--host", "127.0.0.1"]
-    cluster = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port),
-                                 *common], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        cluster += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-                                      *common], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
-        from dask.distributed import Client
-
-        with Client(address, timeout="60s") as client:
-            client.wait_for_workers(2, timeout=60)
+    with dask_cluster({"RECBENCH_CACHE_DIR": str(tmp_path / "cache")}) as address:
         argv = ["--models", "pop", "bprmf", "fpmc", "--threads", "1"]
         code, out, _ = run([*argv, "--dask-scheduler", address], tmp_path, capsys, output="dask")
         assert code == 0 and "done [3/3]" in out
@@ -353,8 +329,3 @@ def test_a_dask_cluster_on_this_machine_runs_the_grid(tmp_path, capsys):
             return {(row["model"], row["protocol"]): row["metrics"] for row in rows(tmp_path, output)}
 
         assert metrics("dask") == metrics("local") and len(metrics("dask")) == 6
-    finally:
-        for process in cluster:
-            process.terminate()
-        for process in cluster:
-            process.wait(timeout=30)

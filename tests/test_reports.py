@@ -21,7 +21,7 @@ from recbench.reports.__main__ import main as cli
 from recbench.reports.published import load_published
 from recbench.reports.render import latex_escape
 from recbench.reports.results import ResultsError, load_results
-from recbench.reports.stats import PerUser
+from recbench.reports.stats import PerUser, holm
 from recbench.reports.tables import main_table
 from tests.fixtures.reports_fixture import (
     build_fixture,
@@ -144,6 +144,7 @@ def test_improvement_column_is_bert4rec_over_the_best_baseline(fixture_report):
 def test_significance_marks_follow_paired_tests_over_seed_averaged_users(fixture_report):
     _, cells = table2_cells(fixture_report)
     rows = rows_of(fixture_report)
+    tests = {}
     for (dataset, metric), row in cells.items():
         means = {m: expected(fixture_report, DATASETS[dataset], m, metric)[0] for m in MODELS.values()}
         runner_up = max((m for m in means if m != "bert4rec"), key=means.get)
@@ -158,12 +159,33 @@ def test_significance_marks_follow_paired_tests_over_seed_averaged_users(fixture
             return np.mean(values, axis=0)
 
         a, b = averaged("bert4rec"), averaged(runner_up)
-        marks = ("†" if stats.ttest_rel(a, b).pvalue < 0.01 else "") + \
-                ("‡" if stats.wilcoxon(a, b).pvalue < 0.01 else "")
-        assert row["BERT4Rec"].endswith("**" + marks), (dataset, metric)
+        tests[(dataset, metric)] = (stats.ttest_rel(a, b).pvalue, stats.wilcoxon(a, b).pvalue)
+    # Holm over the table's comparisons, one family per test: the i-th smallest of m p-values times (m - i + 1),
+    # made monotone; a mark where the adjusted value is below 0.01.
+    m = len(tests)
+    adjusted = {}
+    for kind in (0, 1):
+        ranked = sorted(tests, key=lambda cell: tests[cell][kind])
+        running = 0.0
+        for i, cell in enumerate(ranked):
+            running = max(running, min(1.0, (m - i) * tests[cell][kind]))
+            adjusted[(cell, kind)] = running
+    for cell, row in cells.items():
+        marks = ("†" if adjusted[(cell, 0)] < 0.01 else "") + ("‡" if adjusted[(cell, 1)] < 0.01 else "")
+        assert row["BERT4Rec"].endswith("**" + marks), cell
+    raw_only = [cell for cell in tests if tests[cell][0] < 0.01 <= adjusted[(cell, 0)]]
     assert any(cell.endswith("†‡") for row in cells.values() for cell in row.values())
     notes = (fixture_report / "tables" / "table2_pop100.md").read_text()
     assert "paired t-test" in notes and "Wilcoxon signed-rank" in notes and "p < 0.01" in notes
+    assert f"Holm's correction for the {m} comparisons of this table" in notes
+    print(f"{len(raw_only)} of {m} t-test marks removed by the correction")
+
+
+def test_holm_adjusts_p_values_step_down():
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 -> kept at 0.06 (monotone)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
 
 
 def test_identical_models_get_no_significance_mark(tmp_path):
