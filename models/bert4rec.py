@@ -279,8 +279,17 @@ class BERT4Rec(NeuralRecommender):
 
     def attention_maps(self, users, histories) -> torch.Tensor:
         """(layers, heads, N, N) attention weights for the first user of the batch, its [MASK] last."""
-        _, weights = self.encoder(self.append_mask(histories[:1]), need_weights=True)
-        return torch.stack([w[0] for w in weights])
+        _, weights = self.attention_weights(histories[:1], trim=False)
+        return weights[0]
+
+    def attention_weights(self, histories, trim: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scored inputs (B, T), the last N − 1 items and [MASK], and their attention weights (B, layers,
+        heads, T, T); ``trim`` drops the columns that are padding in every row."""
+        items = self.append_mask(histories)
+        if trim:
+            (items,) = trim_padding(items)
+        _, weights = self.encoder(items, need_weights=True)
+        return items, torch.stack(weights, 1)
 
     def attention_items(self, histories) -> torch.Tensor:
         return self.append_mask(histories)
