@@ -157,7 +157,7 @@ def tied_settings(model: str, dataset: str, profile: str, changes: dict, overrid
     is_bert4rec = issubclass(model_class(model).Config, BERT4RecConfig)
     named = named_fields(overrides, model)
     tied = {}
-    if "hidden" in changes and is_bert4rec:
+    if isinstance(changes.get("hidden"), int) and is_bert4rec:  # another type fails in the plan, one line
         if "heads" not in named:
             tied["heads"] = heads_for(changes["hidden"])
         if profile == "paper":
