@@ -107,7 +107,8 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
     Jobs that differ only in seed or trainer settings share one measurement."""
     device = resolve_device(device)
-    previous_threads, previous_deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    previous_threads = torch.get_num_threads()
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // max(1, n_jobs)))
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)  # as the runner trains
     measured, estimates = {}, {}
@@ -129,5 +130,5 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
                                           budget if capped else None)
     finally:
         torch.set_num_threads(previous_threads)
-        torch.use_deterministic_algorithms(previous_deterministic, warn_only=True)
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
     return estimates
