@@ -106,16 +106,18 @@ class _Spy:
         self.histories_before_test: list[torch.Tensor] = []
         self.histories_in_test: list[torch.Tensor] = []
         self.examples: dict = {}
-        for method in ("score", "score_factors", "predict_proba", "attention_maps"):
-            setattr(model, method, self._recording(getattr(model, method)))
+        for method, histories_at in (("score", 1), ("score_factors", 1), ("predict_proba", 1),
+                                     ("attention_weights", 0)):
+            setattr(model, method, self._recording(getattr(model, method), histories_at))
         if isinstance(model, NeuralRecommender):
             original = model.training_examples
             model.training_examples = lambda train: self._keep(original(train))
 
-    def _recording(self, method):
-        def recorded(users, histories, *rest):
-            (self.histories_in_test if self.testing else self.histories_before_test).append(histories.detach().cpu())
-            return method(users, histories, *rest)
+    def _recording(self, method, histories_at: int):
+        def recorded(*args):
+            histories = args[histories_at].detach().cpu()
+            (self.histories_in_test if self.testing else self.histories_before_test).append(histories)
+            return method(*args)
         return recorded
 
     def _keep(self, examples: dict) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from recbench.benchmarks.grid import run_jobs
-from recbench.benchmarks.jobs import GridError, GridInterrupted
+from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.store import ResultStore
@@ -79,12 +79,6 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
             print_plan(planned, ResultStore(options.output) if options.resume else None)
             return 0
         result = run_jobs(jobs, options, preloaded=preloaded)
-    except GridError as error:
-        if args.debug:
-            raise
-        lines = str(error).splitlines()
-        print(f"error: {lines[0]}", *(f"       {line}" for line in lines[1:]), sep="\n", file=sys.stderr)
-        return EXIT_USAGE
     except GridInterrupted:
         print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
               f"to continue (interrupted training resumes from its checkpoint)", file=sys.stderr)
@@ -136,10 +130,11 @@ def guard(main: Callable[[], int], debug: bool) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ValueError, OSError) as error:  # bad input: a setting, a file, missing data
+    except (ValueError, OSError) as error:  # bad input: a setting, a file, missing data (GridError: one per line)
         if debug:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        lines = str(error).splitlines() or [""]
+        print(f"error: {lines[0]}", *(f"       {line}" for line in lines[1:]), sep="\n", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001  (a bug: say how to get the details)
         if debug:

@@ -1,30 +1,50 @@
-"""BERT4Rec's studies as job lists for :func:`benchmarks.grid.run_jobs`: the ablation (Table 5), the
-sensitivity sweeps (Fig. 3–5, Table 4) and the Cloze study (Table 3).
+"""BERT4Rec's studies as job lists for :func:`benchmarks.grid.run_jobs`, built as the paper ran them: the ablation
+(Table 5), the sensitivity sweeps (Fig. 3: d, Fig. 4: ρ, Table 4: N) and the Cloze study (Table 3).
 
 Every variant is the registered model with ``--set``-style overrides (``use_position=false``), never a copied
 model, so its rows land in ``results.jsonl`` beside the main grid with ``study``, ``variant`` and ``sweep`` set.
+Settings the paper ties to a swept value follow it; they are part of each job's overrides and of its ``sweep``
+record (``{"param", "value", "tied"}``), so the plan and every row show them:
 
-    python -m benchmarks.studies ablation --datasets ml-1m --models bert4rec sasrec --profile smoke
-    python -m benchmarks.studies sensitivity --datasets ml-1m --param hidden --values 16 32 64 128 256
+- d (Fig. 3) and the Cloze study's d = 256: BERT4Rec's heads h = max(1, d/32) (§4.3: 32 dimensions per head, one
+  head below d = 32), and under the paper profile its dropouts those of the authors' ``bert_config_<data>_<d>.json``
+  where they differ from the d = 64 file (:data:`AUTHORS_DROPOUTS`). SASRec keeps its authors' single head. The
+  FFN's inner size follows d in the model code (BERT4Rec 4d, eq. 3; SASRec d, as its authors' code).
+- ρ (Fig. 4) and N (Table 4): BERT4Rec's cap on masked items per sequence is ⌈ρ·N⌉, so that its Cloze copies mask
+  ρ of their items (§4.6: ρ = 0.6 on ML-1m predicts about 98 items per sequence); outside a sweep the authors'
+  cap stays (40 on ML-1m). The 1-mask variants mask one item whatever ρ and keep theirs.
+A ``--set`` naming a tied field wins over the tie.
+
+Without ``--profile`` a study runs the paper profile, and its plan states each job's estimated training time on
+this machine (:mod:`benchmarks.estimate`) before anything trains.
+
+    python -m benchmarks.studies ablation --datasets ml-1m
+    python -m benchmarks.studies sensitivity --datasets ml-1m beauty --param d
+    python -m benchmarks.studies sensitivity --datasets ml-1m beauty --param N
     python -m benchmarks.studies cloze --datasets ml-1m beauty
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from recbench.benchmarks.config import check_overrides, parse_override
+from recbench.benchmarks.config import check_overrides, parse_override, resolve
+from recbench.benchmarks.estimate import duration
 from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.models import model_class
+from recbench.models.base import show
+from recbench.models.bert4rec import BERT4RecConfig
+from recbench.reports import names
 
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainSettings)}
 
-# Table 5's rows: label → overrides of the default configuration.
+# Table 5's rows, and §4.8's "w/o RC" with L = 4: label → overrides of the default configuration.
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "default": (),
     "w/o PE": ("use_position=false",),
@@ -38,18 +58,34 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
     "h=1": ("heads=1",),
     "h=4": ("heads=4",),
     "h=8": ("heads=8",),
+    "w/o RC, L=4": ("use_residual=false", "layers=4"),
 }
 
-# The paper's sweeps (Fig. 3: d, Fig. 4: ρ, Table 4 / Fig. 5: N), by config field.
+# The paper's sweeps (Fig. 3: d, Fig. 4: ρ), by config field; N (Table 4) has values per dataset.
 SWEEPS: dict[str, list] = {
     "hidden": [16, 32, 64, 128, 256],
     "mask_proportion": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
-    "max_len": [10, 20, 30, 40, 50, 100, 200],
 }
+# Table 4's N per dataset. Datasets it does not report take the list of the one with the same kind of N in
+# Table 1: Beauty's where BERT4Rec's configured N is at most 50 (Steam: 50), ML-1m's otherwise (ML-20m: 200).
+N_SWEEPS = {"beauty": [10, 20, 30, 40, 50], "ml-1m": [10, 50, 100, 200, 400]}
 PARAM_ALIASES = {"d": "hidden", "rho": "mask_proportion", "ρ": "mask_proportion", "N": "max_len"}
+# Fig. 3's models, the paper's neural sequential models; the other sweeps are BERT4Rec's.
+SWEEP_MODELS = {"hidden": ["gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]}
+HEAD_SIZE = 32  # §4.3: d/h = 32 dimensions per head, one head below d = 32
+# The authors' bert_config_<data>_<d>.json where it differs from bert_config_<data>_64.json (bert4rec.toml):
+# hidden_dropout_prob and attention_probs_dropout_prob. Beauty and ML-20m use the same dropouts at every d.
+AUTHORS_DROPOUTS = {
+    ("ml-1m", 128): {"dropout": 0.5},  # bert_config_ml-1m_128.json: hidden 0.5, attention 0.2
+    ("ml-1m", 256): {"dropout": 0.5},  # bert_config_ml-1m_256.json: hidden 0.5, attention 0.2
+    ("steam", 256): {"dropout": 0.2, "attention_dropout": 0.2},  # bert_config_steam_256.json
+}
 
-# Table 3: left-to-right SASRec, bidirectional BERT4Rec trained only on the last item, and BERT4Rec.
-CLOZE_MODELS = {"sasrec": "SASRec", "bert4rec-1mask": "BERT4Rec (1 mask)", "bert4rec": "BERT4Rec"}
+# Table 3: left-to-right SASRec, bidirectional BERT4Rec trained with one item masked (both readings of "1 mask"),
+# and BERT4Rec; at d = 256.
+CLOZE_MODELS = {"sasrec": "SASRec", "bert4rec-1mask": "BERT4Rec (1 mask: last)",
+                "bert4rec-1mask-random": "BERT4Rec (1 mask: random)", "bert4rec": "BERT4Rec"}
+CLOZE_HIDDEN = 256  # Table 3's caption: d = 256
 
 
 def ablation_jobs(datasets, models, seeds=(0,), variants=None, overrides=()) -> list[Job]:
@@ -64,34 +100,132 @@ def ablation_jobs(datasets, models, seeds=(0,), variants=None, overrides=()) -> 
             for dataset in datasets for model in models for variant in chosen for seed in seeds]
 
 
-def sensitivity_jobs(datasets, models, param: str, values=None, seeds=(0,), overrides=()) -> list[Job]:
-    """One job per value of ``param`` (any model or trainer field; default values for the paper's sweeps)."""
-    param = PARAM_ALIASES.get(param, param)
-    if values is None:
-        if param not in SWEEPS:
-            raise ValueError(f"no default values for {param!r}; pass --values (defaults exist for "
-                             f"{list(SWEEPS)})")
-        values = SWEEPS[param]
+# ------------------------------------------------------------------------------------------- tied settings
+
+def named_fields(overrides, model: str) -> set[str]:
+    """The fields a ``--set`` names for ``model`` (unprefixed, or with its prefix)."""
+    fields = set()
+    for text in overrides:
+        target, field, _ = parse_override(text)
+        if target in (None, model):
+            fields.add(field)
+    return fields
+
+
+def cloze_cap_follows(model: str) -> bool:
+    """Whether ``model``'s Cloze copies mask a proportion ρ of their items (BERT4Rec), so that its cap follows
+    ρ·N in a sweep; the 1-mask variants (no Cloze copies, or one prediction per copy) mask one item whatever ρ."""
+    defaults = {f.name: f.default for f in dataclasses.fields(model_class(model).Config)}
+    return "mask_proportion" in defaults and defaults.get("dupe_factor", 0) > 0 and defaults["max_predictions"] > 1
+
+
+def cloze_cap(rho: float, length: int) -> int:
+    """⌈ρ·N⌉, rounded first so that 0.3·200 = 60.000000000000007 is 60."""
+    return math.ceil(round(rho * length, 9))
+
+
+def heads_for(hidden: int) -> int:
+    """§4.3: 32 dimensions per head, at least one head."""
+    heads = max(1, hidden // HEAD_SIZE)
+    if hidden % heads:
+        raise ValueError(f"d={hidden}: the paper's rule h = d/{HEAD_SIZE} gives {heads} heads, which do not divide "
+                         f"d; pick a d that is a multiple of {HEAD_SIZE}, or --set heads=H explicitly")
+    return heads
+
+
+def tied_settings(model: str, dataset: str, profile: str, changes: dict, overrides=()) -> dict:
+    """The settings the paper ties to the values ``changes`` sets (``{"hidden": 256}``, ``{"max_len": 400}``) for
+    ``model`` on ``dataset`` (module docstring), less those a ``--set`` in ``overrides`` names."""
+    is_bert4rec = issubclass(model_class(model).Config, BERT4RecConfig)
+    named = named_fields(overrides, model)
+    tied = {}
+    if isinstance(changes.get("hidden"), int) and is_bert4rec:  # another type fails in the plan, one line
+        if "heads" not in named:
+            tied["heads"] = heads_for(changes["hidden"])
+        if profile == "paper":
+            tied.update(AUTHORS_DROPOUTS.get((dataset, changes["hidden"]), {}))
+    if {"mask_proportion", "max_len"} & set(changes) and cloze_cap_follows(model):
+        config = resolve(model, dataset, profile, (*overrides, *as_overrides(changes))).model
+        tied["max_predictions"] = cloze_cap(config.mask_proportion, config.max_len)
+    return {field: value for field, value in tied.items() if field not in named}
+
+
+def as_overrides(values: dict) -> tuple[str, ...]:
+    return tuple(f"{field}={show(value)}" for field, value in values.items())
+
+
+# ------------------------------------------------------------------------------------------- sensitivity
+
+def sweep_values(param: str, dataset: str, profile: str = "paper") -> list:
+    """The paper's values of ``param`` on ``dataset``: :data:`SWEEPS`, or Table 4's N (:data:`N_SWEEPS`)."""
+    if param != "max_len":
+        return SWEEPS[param]
+    if dataset in N_SWEEPS:
+        return N_SWEEPS[dataset]
+    return N_SWEEPS["beauty" if resolve("bert4rec", dataset, profile).model.max_len <= 50 else "ml-1m"]
+
+
+def _check_sweep(param: str, models, values, overrides) -> None:
+    """One-line errors before any job is built: a parameter some model lacks, heads that do not divide a d."""
+    if values is None and param not in (*SWEEPS, "max_len"):
+        raise ValueError(f"no default values for {param!r}; pass --values (the paper's sweeps: d, rho, N)")
     for model in models:  # a field only some models have would silently repeat the others' default
         if param not in {f.name for f in dataclasses.fields(model_class(model).Config)} | TRAIN_FIELDS:
-            raise ValueError(f"{model} has no field {param!r} to sweep")
-    texts = [f"{param}={value}" for value in values]
-    check_overrides([*overrides, *texts], list(models))
+            raise ValueError(f"unknown sweep parameter {param!r} for {model}: it is no field of {model} and no "
+                             f"trainer setting (the paper's sweeps: d, rho, N)")
+    if param != "hidden":
+        return
+    hidden = [parse_override(f"hidden={v}")[2] for v in values] if values is not None else SWEEPS["hidden"]
+    for text in overrides:
+        target, field, heads = parse_override(text)
+        if field != "heads" or not (target is None or target in models) or not isinstance(heads, int) or heads < 1:
+            continue
+        wrong = [d for d in hidden if isinstance(d, int) and d % heads]
+        if wrong:
+            raise ValueError(f"--set {text}: {heads} heads do not divide d={wrong[0]} of the d sweep; leave heads "
+                             f"unset (the paper's h = max(1, d/{HEAD_SIZE})) or pick one that divides every d")
+
+
+def sensitivity_jobs(datasets, models=None, param: str = "hidden", values=None, seeds=(0,), overrides=(),
+                     profile: str = "paper") -> list[Job]:
+    """One job per (dataset, value of ``param``, model, seed): any model or trainer field, with the paper's values
+    by default (:func:`sweep_values`); ``models`` defaults to the paper's for that sweep (:data:`SWEEP_MODELS`)."""
+    param = PARAM_ALIASES.get(param, param)
+    models = list(models or SWEEP_MODELS.get(param, ["bert4rec"]))
+    _check_sweep(param, models, values, overrides)
+    check_overrides([*overrides, *(f"{param}={value}" for value in values or ())], models)
     jobs = []
-    for text in texts:
-        _, _, value = parse_override(text)
-        jobs += [Job(dataset, model, seed, study="sensitivity", variant=text, sweep={"param": param, "value": value},
-                     overrides=(*overrides, text))
-                 for dataset in datasets for model in models for seed in seeds]
+    for dataset in datasets:
+        for raw in values if values is not None else sweep_values(param, dataset, profile):
+            text = f"{param}={raw}"
+            _, _, value = parse_override(text)
+            for model in models:
+                tied = tied_settings(model, dataset, profile, {param: value}, overrides)
+                sweep = {"param": param, "value": value, **({"tied": tied} if tied else {})}
+                jobs += [Job(dataset, model, seed, study="sensitivity", variant=text, sweep=sweep,
+                             overrides=(*overrides, text, *as_overrides(tied))) for seed in seeds]
     return jobs
 
 
-def cloze_jobs(datasets, seeds=(0,), models=tuple(CLOZE_MODELS), overrides=()) -> list[Job]:
-    """Table 3: each model of :data:`CLOZE_MODELS` with its own configuration."""
-    check_overrides(overrides, list(models))
-    return [Job(dataset, model, seed, study="cloze", variant=CLOZE_MODELS.get(model, model), overrides=overrides)
-            for dataset in datasets for model in models for seed in seeds]
+# ---------------------------------------------------------------------------------------------- Cloze
 
+def cloze_jobs(datasets, seeds=(0,), models=tuple(CLOZE_MODELS), overrides=(), profile: str = "paper",
+               hidden: int = CLOZE_HIDDEN) -> list[Job]:
+    """Table 3 at d = ``hidden`` (256, the paper's), each model of :data:`CLOZE_MODELS` with its own configuration
+    and the settings tied to d (module docstring); a ``--set hidden=`` wins, and the ties follow it."""
+    check_overrides(overrides, list(models))
+    jobs = []
+    for dataset in datasets:
+        for model in models:
+            study = {} if "hidden" in named_fields(overrides, model) else {"hidden": hidden}
+            d = resolve(model, dataset, profile, (*overrides, *as_overrides(study))).model.hidden
+            tied = tied_settings(model, dataset, profile, {"hidden": d}, overrides)
+            jobs += [Job(dataset, model, seed, study="cloze", variant=CLOZE_MODELS.get(model, model),
+                         overrides=(*overrides, *as_overrides(study), *as_overrides(tied))) for seed in seeds]
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------- output
 
 def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
     """Variants × (dataset, model, protocol) of ``metric`` (mean over seeds); as Table 5, a drop of more than
@@ -118,6 +252,30 @@ def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
     return f"{metric}\n\n" + tabulate(table, headers=headers, tablefmt="github") + "\n"
 
 
+def plan_lines(planned: list, estimates: dict | None = None) -> list[str]:
+    """The study's plan, one entry per job: what the study sets (its overrides, the tied values among them), what
+    an ablation row removes, and the estimated training time (:mod:`benchmarks.estimate`) when given."""
+    lines = []
+    for number, job in enumerate(planned, start=1):
+        spec = job.job
+        lines.append(f"[{number}/{len(planned)}] {spec.run_id}  profile {job.profile}")
+        if spec.overrides:
+            lines.append(f"    sets: {' '.join(spec.overrides)}")
+        tied = (spec.sweep or {}).get("tied")
+        if tied:
+            lines.append(f"    tied to {spec.sweep['param']}={spec.sweep['value']}: {' '.join(as_overrides(tied))}")
+        removes = names.ablation_removes(spec.model, spec.variant) if spec.study == "ablation" else None
+        if removes:
+            lines.append(f"    removes: {removes}")
+        if estimates is not None and job.key in estimates:
+            lines.append(f"    estimated training: {estimates[job.key].describe()}")
+    if estimates:
+        total = sum(estimate.seconds or 0.0 for estimate in estimates.values())
+        lines.append(f"estimated training in all: {duration(total)} one job after another (validation not "
+                     f"included; an early-stopped job's figure is an upper bound)")
+    return lines
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     from recbench.benchmarks.cli import add_run_options
     from recbench.benchmarks.config import PROFILES
@@ -130,10 +288,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     def common(sub):
         sub.add_argument("--datasets", nargs="+", default=["ml-1m"], metavar="NAME")
         sub.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="N")
-        sub.add_argument("--profile", default="smoke", choices=PROFILES)
+        sub.add_argument("--profile", default="paper", choices=PROFILES,
+                         help="paper (default): the paper's settings, GPU days per BERT4Rec job; smoke: an "
+                              "installation check")
         sub.add_argument("--protocols", nargs="+", default=["full", "pop100"], choices=PROTOCOLS)
         sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
-                         help="applied to every job before the study's own overrides (repeatable)")
+                         help="applied to every job before the study's own overrides (repeatable); a field the "
+                              "study ties to its swept value is left as set here")
+        sub.add_argument("--no-estimate", dest="estimate", action="store_false",
+                         help="skip timing a few training steps per job for the plan's time estimates")
         add_run_options(sub)  # --output defaults to results/study-<study>-<datasets>-<profile>
         return sub
 
@@ -141,14 +304,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     ablation.add_argument("--models", nargs="+", default=["bert4rec"], metavar="NAME")
     ablation.add_argument("--variants", nargs="+", default=None, metavar="LABEL",
                           help=f"rows to run (default: all of {list(ABLATIONS)})")
-    sensitivity = common(studies.add_parser("sensitivity", help="paper Fig. 3–5: one field over a list of values"))
-    sensitivity.add_argument("--models", nargs="+", default=["bert4rec"], metavar="NAME")
+    sensitivity = common(studies.add_parser("sensitivity", help="paper Fig. 3, Fig. 4, Table 4: one field over "
+                                                                "a list of values"))
+    sensitivity.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                             help=f"default: the paper's for the sweep ({SWEEP_MODELS}; else bert4rec)")
     sensitivity.add_argument("--param", required=True,
-                             help=f"a model or trainer field (aliases {PARAM_ALIASES}); defaults exist for "
-                                  f"{list(SWEEPS)}")
+                             help=f"a model or trainer field (aliases {PARAM_ALIASES}); the paper's values exist "
+                                  f"for d, rho and N (Table 4's per dataset)")
     sensitivity.add_argument("--values", nargs="+", default=None, metavar="V", help="read as TOML values")
-    cloze = common(studies.add_parser("cloze", help="paper Table 3: SASRec vs BERT4Rec (1 mask) vs BERT4Rec"))
+    cloze = common(studies.add_parser("cloze", help="paper Table 3 (d = 256): SASRec vs BERT4Rec with one item "
+                                                    "masked (both readings) vs BERT4Rec"))
     cloze.add_argument("--models", nargs="+", default=list(CLOZE_MODELS), metavar="NAME")
+    cloze.add_argument("--hidden", type=int, default=CLOZE_HIDDEN, metavar="D",
+                       help=f"d of every model (default {CLOZE_HIDDEN}, the paper's); heads follow for BERT4Rec")
     return parser.parse_args(argv)
 
 
@@ -157,8 +325,9 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
     if args.study == "ablation":
         return ablation_jobs(args.datasets, args.models, args.seeds, args.variants, overrides)
     if args.study == "sensitivity":
-        return sensitivity_jobs(args.datasets, args.models, args.param, args.values, args.seeds, overrides)
-    return cloze_jobs(args.datasets, args.seeds, args.models, overrides)
+        return sensitivity_jobs(args.datasets, args.models, args.param, args.values, args.seeds, overrides,
+                                args.profile)
+    return cloze_jobs(args.datasets, args.seeds, args.models, overrides, args.profile, args.hidden)
 
 
 def main(argv=None) -> int:
@@ -166,17 +335,24 @@ def main(argv=None) -> int:
     from recbench.benchmarks.cli import guard, run_grid, run_options
 
     def run() -> int:
+        from recbench.benchmarks.estimate import estimate_jobs
+        from recbench.benchmarks.planner import plan_grid
+
         jobs = build_jobs(args)
         output = Path(args.output or Path("results") / f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}")
-        print(f"{args.study}: {len(jobs)} job(s) -> {output}/")
+        print(f"{args.study}: {len(jobs)} job(s), profile {args.profile} -> {output}/")
+        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
+        planned, datasets = plan_grid(jobs, options)
+        estimates = (estimate_jobs(planned, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs)
+                     if args.estimate else None)
+        print(*plan_lines(planned, estimates), sep="\n")
 
         def table(rows: list[dict]) -> str:
             text = study_table(rows)
             print("\n" + text)
             return text
 
-        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
-        return run_grid(args, jobs, options, table=table)
+        return run_grid(args, jobs, options, table=table, preloaded=datasets)
 
     return guard(run, args.debug)
 

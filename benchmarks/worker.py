@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from recbench.benchmarks.attention import attention_arrays
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.jobs import KEY_VERSION, TIE_POLICY, PlannedJob
 from recbench.benchmarks.metrics import DEFAULT_METRICS
@@ -286,7 +287,7 @@ def _validation_row(planned: PlannedJob, facts: dict, fit: FitReport) -> dict:
 def _extra_files(model: Recommender, payload: JobPayload, evaluator: Evaluator, rows: list[dict]) -> dict:
     """Attention maps (for a model with attention) and, when asked for, the selected weights."""
     files, stem = {}, payload.planned.file_stem
-    attention = attention_arrays(model, evaluator)
+    attention = attention_arrays(model, evaluator.view("test"))
     if attention is not None:
         files[f"attention/{stem}.npz"] = attention
         for row in rows:
@@ -296,19 +297,3 @@ def _extra_files(model: Recommender, payload: JobPayload, evaluator: Evaluator, 
         torch.save({key: value.cpu() for key, value in model.state_dict().items()}, buffer)
         files[f"weights/{stem}.pt"] = buffer.getvalue()
     return files
-
-
-def attention_arrays(model: Recommender, evaluator: Evaluator, user: int = 0) -> dict[str, np.ndarray] | None:
-    """Attention of every layer and head for one user's test input, for the report's heat maps (None for a
-    model without attention)."""
-    view = evaluator.view("test")
-    history = torch.from_numpy(view.padded(np.array([user]), max(model.history_length, 1))).to(model.device)
-    users = torch.tensor([view.users[user]], device=model.device)
-    if isinstance(model, torch.nn.Module):
-        model.eval()
-    with torch.inference_mode():
-        weights = model.attention_maps(users, history)
-    if weights is None:
-        return None
-    items = model.attention_items(history)[0]
-    return {"weights": weights.float().cpu().numpy(), "items": items.cpu().numpy(), "user": np.array(user)}

@@ -36,6 +36,7 @@ _REGISTRY = {
     "sasrec-ce": "recbench.models.sasrec:SASRecCE",
     "bert4rec": "recbench.models.bert4rec:BERT4Rec",
     "bert4rec-1mask": "recbench.models.bert4rec:BERT4Rec1Mask",
+    "bert4rec-1mask-random": "recbench.models.bert4rec:BERT4Rec1MaskRandom",
     "ncf": "recbench.models.ncf:NCF",
     "fpmc": "recbench.models.fpmc:FPMC",
     "gru4rec": "recbench.models.gru4rec:GRU4Rec",

@@ -18,8 +18,8 @@ Optional hooks, declared below with their defaults, so that the harness never as
   b_i (SASRec, BERT4Rec, BPR-MF, Caser), returns its :class:`ScoreFactors` and builds its full scores from them
   (:meth:`ScoreFactors.full`); the evaluator then ranks all items on the CPU without holding the
   ``(B, n_items + 1)`` matrix. Default: None (no such product).
-- ``attention_maps(users, histories)`` and ``attention_items(histories)``: an attention model's weights, for
-  the report's heat maps. Default: None (no attention).
+- ``attention_weights(histories)``: an attention model's scored inputs and every layer's and head's attention
+  weights among them, for the report's heat maps (paper Fig. 2). Default: None (no attention).
 - ``training_report()``: facts about the training data the model built, recorded in every result row (BERT4Rec:
   the proportion of items its Cloze copies mask). Default: nothing.
 - ``predict_proba(users, histories, candidates)``: probabilities, for a model trained for relevance prediction
@@ -145,13 +145,10 @@ class Recommender(ABC):
         """The factors of a product score matrix (module docstring), or None: the scores are no such product."""
         return None
 
-    def attention_maps(self, users: torch.Tensor, histories: torch.Tensor) -> torch.Tensor | None:
-        """``(layers, heads, T, T)`` attention weights for the first user of the batch, or None: no attention."""
+    def attention_weights(self, histories: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The inputs the model scores, ``(B, T)`` item ids (a model may append a [MASK] position), and their
+        attention weights ``(B, layers, heads, T, T)``, each query's row summing to 1; or None: no attention."""
         return None
-
-    def attention_items(self, histories: torch.Tensor) -> torch.Tensor:
-        """The item ids at the positions of :meth:`attention_maps` (a model may append a [MASK] position)."""
-        return histories
 
     def training_report(self) -> dict:
         """Facts about the training data this model built, recorded in its result rows (none by default)."""

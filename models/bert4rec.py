@@ -158,7 +158,25 @@ class BERT4Rec(NeuralRecommender):
         examples = {"window": torch.arange(len(windows)).repeat(copies), "last": last}
         if not c.fresh_masks:
             examples.update(self.fixed_masks(windows, examples["window"], last))
+        self.cloze_facts = self.cloze_copy_facts(windows)
         return examples
+
+    def cloze_copy_facts(self, windows: torch.Tensor) -> dict:
+        """What the Cloze copies of ``windows`` mask: ``masked_proportion``, the share of their items masked
+        (ρ, or less where ``max_predictions`` binds), and ``capped_windows``, the share of windows whose count
+        max_predictions cut. Every copy of a window masks the same count (:meth:`mask_counts`), so these hold
+        for fixed and fresh masks alike; None without Cloze copies (``dupe_factor = 0``)."""
+        if not self.config.dupe_factor:
+            return {"masked_proportion": None, "capped_windows": None}
+        n = (windows != PAD).sum(1)
+        k = self.mask_counts(n)
+        return {"masked_proportion": float(k.sum() / n.sum()),
+                "capped_windows": float((k < self.rounded_counts(n).clamp(min=1)).double().mean())}
+
+    def training_report(self) -> dict:
+        """Facts of this run's training copies for its result rows (:meth:`cloze_copy_facts`); empty before
+        :meth:`training_examples` has built them."""
+        return dict(getattr(self, "cloze_facts", {}))
 
     def fixed_masks(self, windows: torch.Tensor, window: torch.Tensor, last: torch.Tensor,
                     chunk: int = 8192) -> dict[str, torch.Tensor]:
@@ -178,12 +196,16 @@ class BERT4Rec(NeuralRecommender):
             tokens.append(torch.cat([inputs, inputs[:, :1]], 1).gather(1, where).to(torch.int32))
         return {"masked_columns": torch.cat(columns), "masked_tokens": torch.cat(tokens)}
 
-    def mask_counts(self, n: torch.Tensor) -> torch.Tensor:
-        """k = min(max_predictions, max(1, round(ρ·n))) for window lengths ``n``, with Python 2's ``round`` of
-        the official ``gen_data_fin.py``: ρ·n in double precision, halves rounded away from zero."""
+    def rounded_counts(self, n: torch.Tensor) -> torch.Tensor:
+        """round(ρ·n) for window lengths ``n`` with Python 2's ``round`` of the official ``gen_data_fin.py``: ρ·n
+        in double precision, halves rounded away from zero."""
         x = n.double() * self.config.mask_proportion
         whole = x.floor()
-        return (whole + (x - whole >= 0.5)).long().clamp(1, self.config.max_predictions)
+        return (whole + (x - whole >= 0.5)).long()
+
+    def mask_counts(self, n: torch.Tensor) -> torch.Tensor:
+        """k = min(max_predictions, max(1, round(ρ·n))) for window lengths ``n`` (``gen_data_fin.py``)."""
+        return self.rounded_counts(n).clamp(1, self.config.max_predictions)
 
     def draw_masks(self, items: torch.Tensor, last: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Which positions to predict, (B, T) bool: :meth:`mask_counts` positions drawn uniformly without
@@ -253,13 +275,14 @@ class BERT4Rec(NeuralRecommender):
         E = self.encoder.item_embedding(candidates)
         return (E @ factors.queries[:, :, None]).squeeze(-1) + self.output_bias[candidates]
 
-    def attention_maps(self, users, histories) -> torch.Tensor:
-        """(layers, heads, N, N) attention weights for the first user of the batch, its [MASK] last."""
-        _, weights = self.encoder(self.append_mask(histories[:1]), need_weights=True)
-        return torch.stack([w[0] for w in weights])
-
-    def attention_items(self, histories) -> torch.Tensor:
-        return self.append_mask(histories)
+    def attention_weights(self, histories, trim: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scored inputs (B, T), the last N − 1 items and [MASK], and their attention weights (B, layers,
+        heads, T, T); ``trim`` drops the columns that are padding in every row."""
+        items = self.append_mask(histories)
+        if trim:
+            (items,) = trim_padding(items)
+        _, weights = self.encoder(items, need_weights=True)
+        return items, torch.stack(weights, 1)
 
 
 @dataclass
@@ -268,7 +291,29 @@ class BERT4Rec1MaskConfig(BERT4RecConfig):
 
 
 class BERT4Rec1Mask(BERT4Rec):
-    """The Cloze study's "BERT4Rec (1 mask)": the same network, trained only on last-item-masked samples."""
+    """The Cloze study's "BERT4Rec (1 mask)" read as "only the last item masked": the same network, trained only
+    on last-item-masked samples."""
 
     name = "bert4rec-1mask"
     Config = BERT4Rec1MaskConfig
+
+
+@dataclass
+class BERT4Rec1MaskRandomConfig(BERT4RecConfig):
+    max_predictions: int = 1  # paper Table 3, "BERT4Rec (1 mask)" read as one random item per Cloze copy
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.max_predictions != 1:
+            raise ValueError(f"max_predictions={self.max_predictions} must be 1 (this variant masks one random "
+                             f"item per copy; bert4rec masks more)")
+
+
+class BERT4Rec1MaskRandom(BERT4Rec):
+    """The Cloze study's "BERT4Rec (1 mask)" read as "one random item masked per training copy": the authors'
+    ``gen_data_fin.py`` run with ``max_predictions_per_seq = 1``, so each of the ``dupe_factor`` copies of a
+    window masks one item drawn uniformly among its n items (num_to_predict = min(1, max(1, round(ρ·n))) = 1),
+    and ``mask_last()`` adds the copy with only the last item masked, as for BERT4Rec."""
+
+    name = "bert4rec-1mask-random"
+    Config = BERT4Rec1MaskRandomConfig

@@ -140,13 +140,14 @@ class SASRec(NeuralRecommender):
             return factors.full()
         return (self.item_embedding[candidates] @ factors.queries[:, :, None]).squeeze(-1)
 
-    def attention_maps(self, users, histories) -> torch.Tensor:
-        """(layers, heads, T, T) attention weights for the first user of the batch."""
-        _, weights = self.encoder(histories[:1, -self.config.max_len:], need_weights=True)
-        return torch.stack([w[0] for w in weights])
-
-    def attention_items(self, histories) -> torch.Tensor:
-        return histories[:, -self.config.max_len:]
+    def attention_weights(self, histories, trim: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scored inputs (B, T), the last ``max_len`` items, and their attention weights (B, layers, heads,
+        T, T); ``trim`` drops the columns that are padding in every row."""
+        items = histories[:, -self.config.max_len:]
+        if trim:
+            (items,) = trim_padding(items)
+        _, weights = self.encoder(items, need_weights=True)
+        return items, torch.stack(weights, 1)
 
 
 class SASRecCE(SASRec):

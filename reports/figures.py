@@ -22,6 +22,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import LogFormatter, MaxNLocator  # noqa: E402
 
 from recbench.reports import names  # noqa: E402
+from recbench.reports.published import PUBLISHED_PROTOCOL, load_published, sweep_points  # noqa: E402
 from recbench.reports.results import ResultSet, Row  # noqa: E402
 from recbench.reports.stats import summarize  # noqa: E402
 from recbench.reports.tables import RANKING, group, smoke_label  # noqa: E402
@@ -58,7 +59,8 @@ def house_style():
 
 # Fixed colours: the two models the paper contrasts get the strongest hues, their variants the light shades.
 MODEL_COLOURS = {
-    "bert4rec": "#d62728", "bert4rec-1mask": "#ff9896", "sasrec": "#1f77b4", "sasrec-ce": "#9ecae1",
+    "bert4rec": "#d62728", "bert4rec-1mask": "#ff9896", "bert4rec-1mask-random": "#e7969c", "sasrec": "#1f77b4",
+    "sasrec-ce": "#9ecae1",
     "gru4rec": "#2ca02c", "gru4rec+": "#98df8a", "caser": "#9467bd", "fpmc": "#ff7f0e", "bprmf": "#8c564b",
     "ncf": "#e377c2", "pop": "#7f7f7f", "lstm": "#bcbd22", "lstm-rel": "#dbdb8d", "bert4rec-rel": "#ad494a",
 }
@@ -116,7 +118,9 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
         return Outcome([], ["Sensitivity plots skipped: no rows with study == \"sensitivity\" and a sweep."])
     figures = []
     style = model_style(list(results.values("model")))
+    published, _ = load_published()
     for (protocol, param), found in sorted(group(rows, "protocol", "sweep_param").items()):
+        sources = set()
         datasets = names.order_datasets({r.dataset for r in found})
         models = names.order_models({r.model for r in found})
         fig, axes = plt.subplots(len(SENSITIVITY_METRICS), len(datasets), squeeze=False, sharex="col",
@@ -144,6 +148,12 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                         std = np.array([s.std for _, s in kept])
                         ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15, linewidth=0)
                         seeds |= {s.n for _, s in kept}
+                    points = [] if categorical or protocol != PUBLISHED_PROTOCOL else \
+                        sweep_points(published, param, dataset, model, metric)
+                    if points:  # the paper's values: open markers, dotted where they form a line (Table 4)
+                        ax.plot([p[0] for p in points], [p[1] for p in points], linestyle=":" if len(points) > 2
+                                else "none", marker=marker, markerfacecolor="white", color=colour, zorder=3)
+                        sources |= {p[2] for p in points}
                 values = [] if categorical else sorted({float(r.sweep_value) for r in found})
                 if param in names.LOG_SWEEPS and values and values[0] > 0:  # sizes that double: log axis
                     ax.set_xscale("log", base=2)
@@ -156,13 +166,19 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                     ax.set_xlabel(names.sweep_label(param))
                     ax.tick_params(axis="x", labelrotation=45 if len(values) > 6 else 0)
         handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
-        _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
+        labels = [names.model_name(m) for m in models]
+        if sources:
+            handles.append(Line2D([], [], color="grey", marker="o", markerfacecolor="white", linestyle="none"))
+            labels.append("open: the paper")
+        _legend_right(fig, handles, labels, title="model")
         fig.suptitle(f"Sensitivity to {names.sweep_label(param)}, protocol {protocol}"
                      f"{_smoke_title(results, found)}")
         band = f"band: ± std over {_span(seeds)} seeds" if seeds else "one seed, no band"
+        paper = (f"; open markers: the paper's values ({', '.join(sorted(sources))}; the default row is Table 5's "
+                 f"at d = 64 with the dataset's N and ρ)" if sources else "")
         figures.append(_save(fig, folder, f"sensitivity_{_slug(param)}_{protocol}",
                              f"{', '.join(SENSITIVITY_METRICS)} against {names.sweep_label(param)} per dataset "
-                             f"(protocol {protocol}; {band})."))
+                             f"(protocol {protocol}; {band}{paper})."))
     return Outcome(figures, [])
 
 
@@ -306,10 +322,13 @@ def _attention_files(results: ResultSet) -> list[tuple[str, str, int, Path]]:
 
 def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
                       layer: int = -1) -> Outcome:
-    """Paper Fig. 2: one heat map per head of one layer (the last by default) for one user.
+    """Paper Fig. 2: from an averaged file (``benchmarks.attention.average_attention``), the attention among the
+    last positions averaged over the test users, one map per layer and head, as the paper drew it; with ``user``,
+    that user's map (kept in the same file, or a single-user file of older runs), one per head of one layer (the
+    last by default).
 
-    BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none. With ``user``,
-    only maps of that user are drawn; otherwise the lowest seed's map per (dataset, model)."""
+    BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none; the lowest seed's map
+    per (dataset, model)."""
     files = _attention_files(results)
     if any(model == names.BERT4REC for _, model, _, _ in files):
         files = [f for f in files if f[1] == names.BERT4REC]
@@ -327,9 +346,24 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
             continue
         try:
             with np.load(path, allow_pickle=False) as data:
-                weights, items, row = data["weights"], data["items"], int(data["user"])
-        except (OSError, KeyError, ValueError, TypeError) as error:
+                arrays = {name: data[name] for name in data.files}
+        except (OSError, ValueError) as error:
             notes.append(f"{path.name}: unreadable as an attention map ({error}); skipped.")
+            continue
+        smoke = _smoke_title(results, results.select(study="main", dataset=dataset, model=model, seed=seed))
+        if "offsets" in arrays and user is None:  # averaged over the test users
+            problem = _average_problem(arrays)
+            if problem:
+                notes.append(f"{path.name}: {problem}; skipped.")
+                continue
+            drawn.add((dataset, model))
+            figures.append(_average_attention_figure(folder, dataset, model, seed, arrays, smoke))
+            continue
+        try:
+            one = "user_" if "offsets" in arrays else ""  # an averaged file holds one user's map beside the mean
+            weights, items, row = arrays[f"{one}weights"], arrays[f"{one}items"], int(arrays["user"])
+        except (KeyError, TypeError, ValueError) as error:
+            notes.append(f"{path.name}: unreadable as an attention map ({error!r}); skipped.")
             continue
         if user is not None and row != user:
             continue
@@ -338,12 +372,62 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
                          f"with T = {len(items)}; skipped.")
             continue
         drawn.add((dataset, model))
-        smoke = _smoke_title(results, results.select(study="main", dataset=dataset, model=model, seed=seed))
         figures.append(_attention_figure(folder, dataset, model, seed, row, weights, items, layer,
                                          n_items.get(dataset), smoke))
     if user is not None and not figures:
         notes.append(f"Attention heat maps skipped: no attention file holds user {user}.")
     return Outcome(figures, notes)
+
+
+def _average_problem(arrays: dict) -> str | None:
+    """Why an averaged attention file cannot be drawn, or None."""
+    needed = {"weights", "users", "offsets", "mask_last"} - set(arrays)
+    if needed:
+        return f"averaged map without {sorted(needed)}"
+    k = len(arrays["offsets"])
+    if arrays["weights"].ndim != 4 or arrays["weights"].shape[2:] != (k, k) or arrays["users"].shape != (k, k):
+        return f"weights {arrays['weights'].shape} and users {arrays['users'].shape} do not match {k} positions"
+    return None
+
+
+def _average_attention_figure(folder, dataset, model, seed, arrays: dict, smoke: str) -> Figure:
+    """One heat map per (layer, head): rows are layers, columns heads, as the paper's Fig. 2."""
+    weights, users, offsets = arrays["weights"], arrays["users"], arrays["offsets"]
+    layers, heads = weights.shape[:2]
+    labels = [str(int(offset)) for offset in offsets]
+    if bool(arrays["mask_last"]):
+        labels[-1] = MASK_LABEL
+    fig, axes = plt.subplots(layers, heads, squeeze=False, layout="constrained",
+                             figsize=(3.4 * heads + 1.4, 3.4 * layers + 0.8))
+    top = max(float(np.nanmax(weights)), 1e-9) if np.isfinite(weights).any() else 1.0
+    image = None
+    for layer in range(layers):
+        for head in range(heads):
+            ax = axes[layer, head]
+            image = ax.imshow(np.ma.masked_invalid(weights[layer, head]), cmap="viridis", vmin=0, vmax=top,
+                              interpolation="nearest")
+            ax.set_title(f"layer {layer + 1}, head {head + 1}")
+            ax.grid(False)
+            ax.set_xticks(range(len(labels)), labels, rotation=90)
+            ax.set_yticks(range(len(labels)), labels)
+            if head == 0:
+                ax.set_ylabel("query position")
+            else:
+                ax.tick_params(labelleft=False)
+            if layer == layers - 1:
+                ax.set_xlabel("attended (key) position")
+            else:
+                ax.tick_params(labelbottom=False)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="mean attention weight")
+    fewest, most = int(users[users > 0].min(initial=0)), int(users.max())
+    fig.suptitle(f"{names.model_name(model)} attention averaged over {most:,} test users\nlast {len(labels)} "
+                 f"positions, {names.dataset_name(dataset)} (seed {seed}){smoke}")
+    return _save(fig, folder, f"attention_{_slug(dataset)}_{_slug(model)}",
+                 f"Attention weights among the last {len(labels)} positions of each test input (−1 = the last"
+                 f"{', the [MASK]' if bool(arrays['mask_last']) else ''}), every layer and head of "
+                 f"{names.model_name(model)} on {names.dataset_name(dataset)}, averaged over the users that have "
+                 f"both positions of a cell ({fewest:,}–{most:,} users; inputs aligned at their end, weights not "
+                 f"renormalised within the window).")
 
 
 MASK_LABEL = "[MASK]"

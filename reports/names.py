@@ -22,13 +22,14 @@ MODELS = {
     "sasrec-ce": "SASRec-CE",
     "lstm": "LSTM",
     "lstm-rel": "LSTM (relevance)",
-    "bert4rec-1mask": "BERT4Rec (1 mask)",
+    "bert4rec-1mask": "BERT4Rec (1 mask, last)",
+    "bert4rec-1mask-random": "BERT4Rec (1 mask, random)",
     "bert4rec": "BERT4Rec",
     "bert4rec-rel": "BERT4Rec (relevance)",
 }
 BERT4REC = "bert4rec"
 # Variants of BERT4Rec itself: never "the best baseline" that BERT4Rec is compared with.
-BERT4REC_FAMILY = {"bert4rec", "bert4rec-1mask", "bert4rec-rel"}
+BERT4REC_FAMILY = {"bert4rec", "bert4rec-1mask", "bert4rec-1mask-random", "bert4rec-rel"}
 
 # Paper Table 1 order.
 DATASETS = {"beauty": "Beauty", "steam": "Steam", "ml-1m": "ML-1m", "ml-20m": "ML-20m"}
@@ -39,9 +40,10 @@ RELEVANCE_METRICS = {"accuracy": "Accuracy", "AUC": "AUC", "log_loss": "Log-loss
 # Metrics where a lower value is better (all ranking metrics are higher-is-better).
 LOWER_IS_BETTER = {"log_loss"}
 
-# Paper Table 5 row order; labels are compared case-insensitively ("w/o dropout" == "w/o Dropout").
+# Paper Table 5 row order, then §4.8's w/o RC with L = 4; labels are compared case-insensitively ("w/o dropout"
+# == "w/o Dropout").
 ABLATION_VARIANTS = ("default", "w/o PE", "w/o PFFN", "w/o LN", "w/o RC", "w/o Dropout",
-                     "L=1", "L=3", "L=4", "h=1", "h=4", "h=8")
+                     "L=1", "L=3", "L=4", "h=1", "h=4", "h=8", "w/o RC, L=4")
 
 # Axis labels with units for the sensitivity sweeps (paper Figs. 3-5); unknown parameters use their own name.
 SWEEP_PARAMS = {
@@ -121,3 +123,23 @@ def order_variants(labels: Iterable[str]) -> list[str]:
 
 def sweep_label(param: str) -> str:
     return SWEEP_PARAMS.get(param, param)
+
+
+# What an ablation row (benchmarks/studies.py) removes where the paper names only the component, as the model
+# code (models/transformer.py) does it; per model family where the families differ.
+ABLATION_REMOVES: dict[str, str | dict[str, str]] = {
+    "w/o PE": "the learnable positional embedding P (§3.4)",
+    "w/o PFFN": "each block's position-wise feed-forward sub-layer with its dropout, residual and LayerNorm",
+    "w/o LN": {"bert4rec": "all 2L + 2 LayerNorms: the embedding's, the two of each block (eq. 5) and the output "
+                           "head's (after GELU(h W^P + b^P))",
+               "sasrec": "all 2L + 1 LayerNorms: each block's two (queries, FFN input) and the final one"},
+    "w/o RC": "both residual connections of every block (the embedding and the output head have none)",
+    "w/o Dropout": "every dropout: embeddings, sub-layer outputs and attention probabilities",
+    "w/o RC, L=4": "§4.8: both residual connections of every block, with L = 4 blocks",
+}
+
+
+def ablation_removes(model: str, label: str) -> str | None:
+    """What ablation row ``label`` removes from ``model`` (:data:`ABLATION_REMOVES`), None where it is plain."""
+    text = ABLATION_REMOVES.get(label)
+    return text.get(model.split("-")[0]) if isinstance(text, dict) else text

@@ -31,9 +31,21 @@ class Summary:
     n: int
 
 
+# Measures a row records outside ``metrics``, by the name tables give them (paper Table 4's samples/s).
+ROW_MEASURES = {"samples/s": "train_samples_per_s"}
+
+
+def measure(row: Row, metric: str) -> float | None:
+    """``metric`` of ``row``: one of its metrics, or a measure of :data:`ROW_MEASURES`; None when absent."""
+    if metric in ROW_MEASURES:
+        value = row.get(ROW_MEASURES[metric])
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return row.metrics.get(metric)
+
+
 def summarize(rows: list[Row], metric: str) -> Summary | None:
-    """Mean ± std of ``metric`` over the rows (one per seed); None when no row has it."""
-    values = [row.metrics[metric] for row in rows if metric in row.metrics]
+    """Mean ± std of ``metric`` (:func:`measure`) over the rows (one per seed); None when no row has it."""
+    values = [value for row in rows if (value := measure(row, metric)) is not None]
     if not values:
         return None
     std = float(np.std(values, ddof=1)) if len(values) > 1 else None

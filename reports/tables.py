@@ -3,8 +3,8 @@
 - Table 1: dataset statistics.
 - Table 2: models × (dataset, metric) per protocol, best bold, second underlined, BERT4Rec's improvement over
   the best baseline, and paired significance marks.
-- Published comparison: our pop100 values next to the paper's (``published.csv``).
-- Table 3: the Cloze study (SASRec vs BERT4Rec (1 mask) vs BERT4Rec).
+- Published comparison: our pop100 values next to the published row at each one's setting (``published.csv``).
+- Table 3: the Cloze study (SASRec vs BERT4Rec with one item masked, both readings, vs BERT4Rec).
 - Table 5: the ablation (NDCG@10 per variant, ↓ for a drop of more than 10% against the default).
 - Relevance: accuracy, AUC and log-loss of the relevance-prediction task.
 A missing result is a "–" cell, never an error.
@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from recbench.reports import names
-from recbench.reports.published import PUBLISHED_PROTOCOL, Published
-from recbench.reports.render import GAP, Cell, Table, fmt
+from recbench.reports.published import PUBLISHED_PROTOCOL, TABLE_SETTINGS, Published
+from recbench.reports.render import Cell, Table, fmt
 from recbench.reports.results import SMOKE_LABEL, ResultSet, Row
 from recbench.reports.stats import PairedTest, PerUser, Summary, holm_tests, summarize
 
 RANKING = "next-item"
-CLOZE_MODELS = ("sasrec", "bert4rec-1mask", "bert4rec")
+CLOZE_MODELS = ("sasrec", "bert4rec-1mask", "bert4rec-1mask-random", "bert4rec")
 CLOZE_METRICS = ("HR@10", "NDCG@10", "MRR")  # the columns of paper Table 3
 ABLATION_METRIC = "NDCG@10"  # paper Table 5
 ABLATION_DROP = 0.10  # ↓ marks a relative drop of more than this against the default
@@ -219,53 +219,106 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
 
 # ------------------------------------------------------------------------------------- published comparison
 
-def _published_rows(results: ResultSet, entry: Published) -> list[Row]:
-    """Our rows that correspond to a published value; smoke-profile rows never do (not the paper's settings)."""
-    common = dict(task=RANKING, protocol=PUBLISHED_PROTOCOL, dataset=entry.dataset, model=entry.model)
-    if entry.variant is None:
-        found = results.select(study="main", **common)
-    else:
-        wanted = names.canonical_variant(entry.variant)
-        found = [r for r in results.select(study="ablation", **common)
-                 if r.variant is not None and names.canonical_variant(r.variant) == wanted]
-    return [r for r in found if not results.is_smoke(r)]
+def _hidden(row: Row):
+    return (row.get("hyperparameters") or {}).get("hidden")
+
+
+def published_anchor(row: Row) -> tuple[str, str, str | None] | None:
+    """The published row a result of ours is held against, as (table, model, variant), or None where the paper
+    reports none at its setting:
+
+    - a Cloze-study row at d = 256: Table 3's row of its model (either 1-mask reading: "BERT4Rec (1 mask)");
+    - a BERT4Rec ablation row at d = 64: Table 5's row of its label;
+    - a BERT4Rec N-sweep row at d = 64: Table 4's column of its N;
+    - a row whose settings came from tuning (``tuned_from``): Table 2, each model at its best settings;
+    - a main-grid BERT4Rec row at d = 64 (the authors' public configs): Table 5's default row; at d = 256 (the
+      paper's best), Table 2; a 1-mask row at d = 256: Table 3;
+    - any other main-grid row: Table 2, the only published row of the baselines (tuned there, as configured here).
+    """
+    model, hidden = row.model, _hidden(row)
+    one_mask = model.startswith("bert4rec-1mask")
+    if row.study == "cloze":
+        return ("Table 3", "bert4rec-1mask" if one_mask else model, None) if hidden == 256 else None
+    if model != names.BERT4REC and row.study in ("ablation", "sensitivity"):
+        return None
+    if row.study == "ablation":
+        return ("Table 5", model, names.canonical_variant(row.variant or "")) if hidden == 64 else None
+    if row.study == "sensitivity":
+        return ("Table 4", model, f"N={row.sweep_value}") if row.sweep_param == "max_len" and hidden == 64 else None
+    if row.get("tuned_from"):
+        return "Table 2", model, None
+    if model == names.BERT4REC:
+        return {64: ("Table 5", model, "default"), 256: ("Table 2", model, None)}.get(hidden)
+    if one_mask:
+        return ("Table 3", "bert4rec-1mask", None) if hidden == 256 else None
+    return "Table 2", model, None
+
+
+def _our_row_label(row: Row) -> str:
+    """How the comparison names our row: model, study and variant, d, and the tuning it came from."""
+    parts = [names.model_name(row.model), row.study if row.study != "main" else "main grid"]
+    if row.variant and row.study != "cloze":
+        parts.append(row.variant)
+    if _hidden(row) is not None:
+        parts.append(f"d = {_hidden(row)}")
+    if row.get("tuned_from"):
+        parts.append(f"tuned by {row.get('tuned_from')}")
+    return ", ".join(parts)
 
 
 def published_table(results: ResultSet, published: list[Published], source: str) -> Table | None:
-    """Our pop100 values beside the paper's, with absolute and relative differences; None when no result of
-    ours (smoke-profile results left out) matches a published value."""
-    datasets = names.order_datasets(e.dataset for e in published)
-    models = names.order_models(e.model for e in published)
-    variants = names.order_variants(e.variant or "" for e in published)
-    metrics = names.order_metrics(e.metric for e in published)
-    ordered = sorted(published, key=lambda e: (e.table, datasets.index(e.dataset), models.index(e.model),
-                                               variants.index(names.canonical_variant(e.variant or "")),
-                                               metrics.index(e.metric)))
-    table_rows, breaks, missing, last_group = [], set(), 0, None
-    for entry in ordered:
-        summary = summarize(_published_rows(results, entry), entry.metric)
-        if summary is None:
-            missing += 1
-            continue
-        if (entry.table, entry.dataset) != last_group:
-            breaks.add(len(table_rows))
-            last_group = (entry.table, entry.dataset)
-        delta = summary.mean - entry.value
-        table_rows.append([label(entry.table), label(names.dataset_name(entry.dataset)),
-                           label(names.model_name(entry.model)), label(entry.variant or GAP),
-                           label(entry.metric), value_cell(summary), Cell(fmt(entry.value), entry.value),
-                           Cell(f"{delta:+.4f}", delta),
-                           Cell(f"{100 * delta / entry.value:+.1f}%", delta / entry.value)])
+    """Our pop100 values beside the published row each is held against (:func:`published_anchor`), with absolute
+    and relative differences; None when no result of ours (smoke-profile results left out) has one."""
+    by_row = defaultdict(list)
+    for entry in published:
+        by_row[(entry.table, entry.dataset, entry.model, entry.variant)].append(entry)
+    matched = defaultdict(list)  # (table, dataset, published model, variant, our label) -> our rows (seeds)
+    for row in results.select(task=RANKING, protocol=PUBLISHED_PROTOCOL):
+        anchor = None if results.is_smoke(row) else published_anchor(row)
+        if anchor is not None and (anchor[0], row.dataset, *anchor[1:]) in by_row:
+            matched[(anchor[0], row.dataset, *anchor[1:], _our_row_label(row))].append(row)
+    datasets = names.order_datasets({key[1] for key in matched})
+    models = names.order_models({key[2] for key in matched})
+    variants = names.order_variants({key[3] for key in matched if key[3] and not key[3].startswith("N=")})
+
+    def order(key: tuple) -> tuple:
+        variant = key[3] or ""
+        within = int(variant[2:]) if variant.startswith("N=") else variants.index(variant) if variant else -1
+        return key[0], datasets.index(key[1]), models.index(key[2]), within, key[4]
+
+    table_rows, breaks, last_group = [], set(), None
+    for key in sorted(matched, key=order):
+        table_name, dataset, model, variant, ours = key
+        entries = by_row[(table_name, dataset, model, variant)]
+        for entry in sorted(entries, key=lambda e: names.order_metrics([x.metric for x in entries]).index(e.metric)):
+            summary = summarize(matched[key], entry.metric)
+            if summary is None:
+                continue
+            if (table_name, dataset) != last_group:
+                breaks.add(len(table_rows))
+                last_group = (table_name, dataset)
+            delta = summary.mean - entry.value
+            paper_row = " ".join(filter(None, [names.model_name(model), variant]))
+            table_rows.append([label(f"{table_name} ({TABLE_SETTINGS.get(table_name, '')})"), label(paper_row),
+                               label(names.dataset_name(dataset)), label(ours), label(entry.metric),
+                               value_cell(summary, 0 if entry.value >= 100 else 4),
+                               Cell(fmt(entry.value, 0 if entry.value >= 100 else 4), entry.value),
+                               Cell(f"{delta:+.4f}" if abs(entry.value) < 100 else f"{delta:+.0f}", delta),
+                               Cell(f"{100 * delta / entry.value:+.1f}%", delta / entry.value)])
     if not table_rows:
         return None
     notes = [f"Source: {source}",
-             f"Only our {PUBLISHED_PROTOCOL} results are compared (the paper's protocol); Table 2 values against "
-             f"the main grid, Table 5 values against the ablation study. Δ = ours − paper; Δ% relative to the "
-             f"paper."]
-    if missing:
-        notes.append(f"{missing} of {len(published)} published values have no matching result in this folder.")
+             f"Only our {PUBLISHED_PROTOCOL} results are compared (the paper's protocol), each with the published "
+             f"row at its setting: a Cloze-study row with Table 3 (d = 256); an ablation row and a main-grid "
+             f"BERT4Rec row at d = 64 (the authors' public configs) with Table 5 (d = 64); an N-sweep row with Table "
+             f"4; a row whose settings came from tuning with Table 2 (each model at its best settings), as are the "
+             f"baselines, for which the paper publishes no other row. Both readings of '1 mask' are held against "
+             f"Table 3's one row. Δ = ours − paper; Δ% relative to the paper."]
+    if any(row[4].text == "samples/s" for row in table_rows):
+        notes.append("samples/s: training samples per second, the paper's on the authors' GPU, ours on the device "
+                     "each row records.")
     return Table("published_comparison", "Our results against the published values (Sun et al., 2019)",
-                 ["Paper table", "Dataset", "Model", "Variant", "Metric", "Ours", "Paper", "Δ", "Δ%"],
+                 ["Paper table", "Paper row", "Dataset", "Our row", "Metric", "Ours", "Paper", "Δ", "Δ%"],
                  table_rows, notes=notes, align="lllllrrrr", breaks=breaks)
 
 
@@ -274,10 +327,10 @@ def published_table(results: ResultSet, published: list[Published], source: str)
 def cloze_table(results: ResultSet, protocol: str) -> Table | None:
     """Paper Table 3: rows of the Cloze study, or the main grid where a model has no Cloze row.
 
-    Built only when there is something beyond Table 2 to show: a Cloze row or a BERT4Rec (1 mask) result."""
+    Built only when there is something beyond Table 2 to show: a Cloze row or a 1-mask result."""
     cloze = results.select(study="cloze", task=RANKING, protocol=protocol, model=CLOZE_MODELS)
     main = results.select(study="main", task=RANKING, protocol=protocol, model=CLOZE_MODELS)
-    if not cloze and "bert4rec-1mask" not in results.values("model", main):
+    if not cloze and not {"bert4rec-1mask", "bert4rec-1mask-random"} & results.values("model", main):
         return None
     chosen = group(main, "dataset", "model")
     chosen.update(group(cloze, "dataset", "model"))  # the study's own rows win
@@ -292,6 +345,14 @@ def cloze_table(results: ResultSet, protocol: str) -> Table | None:
     smoke_title, smoke_notes = smoke_label(results, used)
     notes = [*smoke_notes, _protocol_note(protocol, used), "Bold: best; underlined: second best (per column).",
              "Rows of the Cloze study where present, else the main grid's rows of the same model."]
+    if {"bert4rec-1mask", "bert4rec-1mask-random"} & set(models):
+        notes.append("The paper's \"BERT4Rec (1 mask)\" in two readings: last = only each sequence's last item "
+                     "masked; random = one random item per training copy (the authors' generator with one "
+                     "prediction per sequence).")
+    sizes = sorted({_hidden(r) for r in used if _hidden(r) is not None})
+    if sizes:
+        notes.append(f"d = {', '.join(map(str, sizes))}" + ("." if sizes == [256] else "; the paper's Table 3 is at "
+                                                              "d = 256."))
     notes += _seed_notes([s for summaries in found.values() for s in summaries if s is not None])
     return Table(f"table3_cloze_{protocol}",
                  f"Cloze objective and bidirectionality, protocol {protocol}{smoke_title}",
@@ -344,6 +405,15 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     smoke_title, smoke_notes = smoke_label(results, used)
     notes = [*smoke_notes, _protocol_note(protocol, rows),
              f"{metric} of {model_text}; ↓: a drop of more than {ABLATION_DROP:.0%} against the default."]
+    removed = []
+    for variant in variants:
+        texts = {names.model_name(m): text for m in models if (text := names.ablation_removes(m, variant))}
+        if len(set(texts.values())) == 1:
+            removed.append(f"{variant}: {next(iter(texts.values()))}")
+        elif texts:
+            removed.append(f"{variant}: " + ", ".join(f"{name} {text}" for name, text in texts.items()))
+    if removed:
+        notes.append("What a row removes, as the model code does it: " + "; ".join(removed) + ".")
     if fallback:
         notes.append("Default taken from the main grid for: "
                      + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")

@@ -1,7 +1,7 @@
-"""Helpers that several test modules use: where the staged real data lives, small synthetic datasets, a left-padded
-history builder, a scorer with fixed scores, models of a user's own in a package, a wait on a running command and
-a Dask cluster on this machine. Test modules import them from here, never from one another; the shared fixtures
-are in ``conftest.py``."""
+"""Helpers that several test modules use: where the staged real data lives, small synthetic datasets and attention
+models, a left-padded history builder, a scorer with fixed scores, models of a user's own in a package, a wait on a
+running command and a Dask cluster on this machine. Test modules import them from here, never from one another;
+the shared fixtures are in ``conftest.py``."""
 import os
 import socket
 import subprocess
@@ -16,10 +16,12 @@ import pytest
 import torch
 
 from recbench.datasets.sequences import SequenceData
+from recbench.models import model_class
 from recbench.models.base import Recommender, gather_candidates
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# The staged real data beside the checkout, or the folder $RECBENCH_DATA_DIR names (a worktree elsewhere).
+SHARED_DATA = Path(os.environ.get("RECBENCH_DATA_DIR") or ROOT.parent / "shared" / "data")
 
 requires_shared_data = pytest.mark.skipif(
     not SHARED_DATA.is_dir(), reason=f"real data folder {SHARED_DATA} is absent")
@@ -58,6 +60,14 @@ def histories(rows, width=12) -> torch.Tensor:
 @dataclass
 class _NoConfig:
     pass
+
+
+def small(model: str, seed: int = 0, **changes):
+    """A small attention model of the registry on 40 items, in eval mode."""
+    torch.manual_seed(seed)
+    cls = model_class(model)
+    base = dict(max_len=12, hidden=16, heads=2, dropout=0.1, attention_dropout=0.1)
+    return cls(10, 40, cls.Config(**{**base, **changes})).eval()
 
 
 class FixedScorer(Recommender):

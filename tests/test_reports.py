@@ -24,6 +24,7 @@ from recbench.reports.results import ResultsError, load_results
 from recbench.reports.stats import PerUser, holm
 from recbench.reports.tables import main_table
 from tests.fixtures.reports_fixture import (
+    SEEDS,
     build_fixture,
     counts_for,
     ranking_row,
@@ -211,26 +212,59 @@ def test_without_bert4rec_the_best_model_is_tested_against_the_runner_up(tmp_pat
 
 # ------------------------------------------------------------------------------------- the other tables
 
-def test_published_comparison_shows_the_papers_numbers(fixture_report):
-    header, body = parse_markdown(fixture_report / "tables" / "published_comparison.md")
-    found = {(r[0], r[1], r[2], r[3], r[4]): dict(zip(header, r)) for r in body}
-    bert = found[("Table 2", "ML-1m", "BERT4Rec", "–", "NDCG@10")]
+def published_rows(folder: Path) -> dict:
+    """{(paper table, paper row, dataset, our row, metric): the row's cells} of the published comparison."""
+    header, body = parse_markdown(folder / "tables" / "published_comparison.md")
+    return {tuple(r[:5]): dict(zip(header, r)) for r in body}
+
+
+def test_published_comparison_holds_each_row_against_the_published_row_at_its_setting(fixture_report):
+    found = published_rows(fixture_report)
+    # The main grid's BERT4Rec at d = 64 (the authors' public configs): Table 5's default row, not Table 2's.
+    bert = found[("Table 5 (d = 64)", "BERT4Rec default", "ML-1m", "BERT4Rec, main grid, d = 64", "NDCG@10")]
     ours = expected(fixture_report, "ml-1m", "bert4rec", "NDCG@10")[0]
-    assert bert["Paper"] == "0.4818"
-    assert float(bert["Δ"]) == pytest.approx(ours - 0.4818, abs=1e-4)
-    assert float(bert["Δ%"].rstrip("%")) == pytest.approx(100 * (ours - 0.4818) / 0.4818, abs=0.05)
-    assert found[("Table 5", "ML-1m", "BERT4Rec", "w/o PE", "NDCG@10")]["Paper"] == "0.2155"
-    assert found[("Table 2", "Beauty", "SASRec", "–", "MRR")]["Paper"] == "0.1536"
-    assert not any(key[1] == "Steam" for key in found)  # no Steam results: no Steam rows
+    assert bert["Paper"] == "0.4759"
+    assert float(bert["Δ"]) == pytest.approx(ours - 0.4759, abs=1e-4)
+    assert float(bert["Δ%"].rstrip("%")) == pytest.approx(100 * (ours - 0.4759) / 0.4759, abs=0.05)
+    assert not any(key[0].startswith("Table 2") and key[1] == "BERT4Rec" for key in found)
+    # A baseline has no other published row than Table 2's; an ablation row its Table 5 row.
+    sasrec = found[("Table 2 (best settings)", "SASRec", "Beauty", "SASRec, main grid, d = 64", "MRR")]
+    assert sasrec["Paper"] == "0.1536"
+    assert found[("Table 5 (d = 64)", "BERT4Rec w/o PE", "ML-1m", "BERT4Rec, ablation, w/o PE, d = 64",
+                  "NDCG@10")]["Paper"] == "0.2155"
+    # The Cloze study at d = 256: both readings of "1 mask" against Table 3's one row.
+    for reading in ("last", "random"):
+        row = found[("Table 3 (d = 256)", "BERT4Rec (1 mask, last)", "ML-1m",
+                     f"BERT4Rec (1 mask, {reading}), cloze, d = 256", "NDCG@10")]
+        assert row["Paper"] == "0.4696"
+    # The N sweep against Table 4's column, samples/s included.
+    n200 = found[("Table 4 (d = 64)", "BERT4Rec N=200", "ML-1m", "BERT4Rec, sensitivity, max_len=200, d = 64",
+                  "samples/s")]
+    assert n200["Paper"] == "2918" and n200["Ours"] == "200 ± 0"  # two seeds, each 40,000 / N
+    assert found[("Table 4 (d = 64)", "BERT4Rec N=400", "ML-1m", "BERT4Rec, sensitivity, max_len=400, d = 64",
+                  "NDCG@10")]["Paper"] == "0.4715"
+    assert not any(key[0].startswith("Table 4") and "hidden" in key[3] for key in found)  # the d sweep: none
+    assert not any(key[2] == "Steam" for key in found)  # no Steam results: no Steam rows
     text = (fixture_report / "tables" / "published_comparison.md").read_text()
-    assert "Sun et al." in text and "CIKM 2019" in text
+    assert "Sun et al." in text and "CIKM 2019" in text and "authors' GPU" in text
     published, source = load_published()
-    assert len(published) == 84 and "Table 5" in source
+    assert len(published) == 168 and "Table 5" in source and "Table 4" in source
+
+
+def test_a_tuned_row_is_held_against_table_2_and_a_cloze_row_at_another_d_against_nothing(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", "bert4rec", seed, hidden=256, tuned_from="sensitivity hidden")
+            for seed in SEEDS]
+    rows += [ranking_row(tmp_path, "beauty", "bert4rec-1mask", 0, study="cloze", variant="1 mask", hidden=64)]
+    generate_report(write_results(tmp_path, rows))
+    found = published_rows(tmp_path)
+    label = "BERT4Rec, main grid, d = 256, tuned by sensitivity hidden"
+    assert found[("Table 2 (best settings)", "BERT4Rec", "ML-1m", label, "NDCG@10")]["Paper"] == "0.4818"
+    assert not any(key[0].startswith("Table 3") for key in found)  # d = 64 is not Table 3's setting
 
 
 def test_cloze_table(fixture_report):
     header, body = parse_markdown(fixture_report / "tables" / "table3_cloze_pop100.md")
-    assert [row[0] for row in body] == ["SASRec", "BERT4Rec (1 mask)", "BERT4Rec"]
+    assert [row[0] for row in body] == ["SASRec", "BERT4Rec (1 mask, last)", "BERT4Rec (1 mask, random)", "BERT4Rec"]
     one_mask = dict(zip(header, body[1]))
     assert one_mask["Beauty HR@10"] == "–"  # no Cloze run on Beauty: a gap
     mean, _ = expected(fixture_report, "ml-1m", "bert4rec-1mask", "NDCG@10", study="cloze")

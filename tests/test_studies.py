@@ -1,40 +1,72 @@
-"""The study job builders (ablation, sensitivity, Cloze) and one tiny study run end to end through the runner."""
+"""The studies as the paper ran them (ablation, sensitivity sweeps with their tied settings, Cloze study at d = 256),
+their plan and time estimates, and one tiny study run end to end through the runner."""
 import json
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.estimate import Estimate, duration, estimate_jobs, planned_steps
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.studies import (
     ABLATIONS,
     ablation_jobs,
     build_jobs,
     cloze_jobs,
+    main,
     parse_args,
+    plan_lines,
     sensitivity_jobs,
     study_table,
+    sweep_values,
 )
+from recbench.benchmarks.trainer import TrainSettings
+from recbench.datasets import load_dataset
+from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class
-from tests.helpers import chain_data
+from recbench.reports import names
+from tests.helpers import SHARED_DATA, chain_data, requires_shared_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
+def configs(jobs, profile="paper"):
+    return [resolve(job.model, job.dataset, profile, job.overrides).model for job in jobs]
+
+
+# ------------------------------------------------------------------------------------------------ ablation
 
 @pytest.mark.parametrize("model", ["bert4rec", "sasrec"])
 def test_every_ablation_row_is_the_same_model_with_its_switch_set(model):
     jobs = ablation_jobs(["ml-1m"], [model], seeds=[0, 1])
     assert len(jobs) == 2 * len(ABLATIONS) and {job.study for job in jobs} == {"ablation"}
-    configs = {job.variant: resolve(job.model, job.dataset, "paper", job.overrides).model for job in jobs}
-    default = configs["default"]
+    found = {job.variant: config for job, config in zip(jobs, configs(jobs))}
+    default = found["default"]
     assert type(default) is model_class(model).Config
-    assert configs["w/o PE"].use_position is False and configs["w/o PFFN"].use_ffn is False
-    assert configs["w/o LN"].use_layernorm is False and configs["w/o RC"].use_residual is False
-    assert configs["w/o Dropout"].dropout == 0.0 and configs["w/o Dropout"].attention_dropout == 0.0
-    assert [configs[f"L={n}"].layers for n in (1, 3, 4)] == [1, 3, 4]
-    assert [configs[f"h={n}"].heads for n in (1, 4, 8)] == [1, 4, 8]
-    assert configs["w/o PE"].max_len == default.max_len == 200  # everything else stays the dataset's setting
+    assert found["w/o PE"].use_position is False and found["w/o PFFN"].use_ffn is False
+    assert found["w/o LN"].use_layernorm is False and found["w/o RC"].use_residual is False
+    assert found["w/o Dropout"].dropout == 0.0 and found["w/o Dropout"].attention_dropout == 0.0
+    assert [found[f"L={n}"].layers for n in (1, 3, 4)] == [1, 3, 4]
+    assert [found[f"h={n}"].heads for n in (1, 4, 8)] == [1, 4, 8]
+    assert found["w/o RC, L=4"].use_residual is False and found["w/o RC, L=4"].layers == 4  # §4.8
+    assert found["w/o PE"].max_len == default.max_len == 200  # everything else stays the dataset's setting
+
+
+@pytest.mark.parametrize("model, norms", [("bert4rec", "2L + 2"), ("sasrec", "2L + 1")])
+def test_w_o_ln_says_which_layernorms_and_removes_exactly_those(model, norms):
+    text = names.ablation_removes(model, "w/o LN")
+    assert text.startswith(f"all {norms} LayerNorms")
+    layers = 3
+    count = {"2L + 2": 2 * layers + 2, "2L + 1": 2 * layers + 1}[norms]
+    for use_layernorm, expected in ((True, count), (False, 0)):
+        config = model_class(model).Config(max_len=10, hidden=16, layers=layers, use_layernorm=use_layernorm)
+        built = model_class(model)(5, 30, config)
+        assert sum(isinstance(m, nn.LayerNorm) for m in built.modules()) == expected
+    assert names.ablation_removes(model, "L=3") is None and "residual" in names.ablation_removes(model, "w/o RC")
 
 
 def test_ablation_variants_can_be_chosen_and_unknown_ones_are_refused():
@@ -43,30 +75,145 @@ def test_ablation_variants_can_be_chosen_and_unknown_ones_are_refused():
         ablation_jobs(["beauty"], ["bert4rec"], variants=["w/o attention"])
 
 
-def test_sensitivity_sweeps_record_param_and_value():
-    jobs = sensitivity_jobs(["ml-1m"], ["bert4rec", "sasrec"], "d")
-    assert [job.sweep["value"] for job in jobs[::2]] == [16, 32, 64, 128, 256]
-    assert jobs[0].variant == "hidden=16" and jobs[0].sweep == {"param": "hidden", "value": 16}
-    assert resolve("sasrec", "ml-1m", "paper", jobs[-1].overrides).model.hidden == 256
-    rho = sensitivity_jobs(["beauty"], ["bert4rec"], "rho")
-    assert [job.sweep["value"] for job in rho] == pytest.approx([0.1 * k for k in range(1, 10)])
-    lengths = sensitivity_jobs(["ml-1m"], ["bert4rec"], "N", values=[10, 400])
-    assert [resolve(j.model, j.dataset, "paper", j.overrides).model.max_len for j in lengths] == [10, 400]
+# ------------------------------------------------------------------------------------------- the d sweep
+
+def test_the_d_sweep_runs_figure_3s_models_with_heads_by_the_papers_rule():
+    jobs = sensitivity_jobs(["ml-1m"], param="d")
+    assert list(dict.fromkeys(job.model for job in jobs)) == ["gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]
+    bert = [job for job in jobs if job.model == "bert4rec"]
+    built = configs(bert)
+    assert [c.hidden for c in built] == [16, 32, 64, 128, 256]
+    assert [c.heads for c in built] == [1, 1, 2, 4, 8]  # 32 dimensions per head, at least one
+    assert [job.sweep["tied"]["heads"] for job in bert] == [1, 1, 2, 4, 8]  # recorded in every row
+    assert "heads=8" in bert[-1].overrides  # and part of the job, so the plan shows it
+    assert [c.heads for c in configs([job for job in jobs if job.model == "sasrec"])] == [1] * 5
+    for config in built:  # the FFN stays 4d (eq. 3) in the model code; SASRec's stays d (its authors' code)
+        model = model_class("bert4rec")(5, 30, config)
+        assert model.encoder.blocks[0].ffn.inner.out_features == 4 * config.hidden
+    sasrec = configs([job for job in jobs if job.model == "sasrec"])[-1]
+    assert model_class("sasrec")(5, 30, sasrec).encoder.blocks[0].ffn.inner.out_features == 256
 
 
-def test_sensitivity_refuses_a_field_some_model_lacks():
-    with pytest.raises(ValueError, match="sasrec has no field 'mask_proportion'"):
+def test_the_d_sweep_takes_the_authors_dropouts_of_each_d_under_the_paper_profile():
+    ml1m = configs([j for j in sensitivity_jobs(["ml-1m"], ["bert4rec"], "d")])
+    assert [c.dropout for c in ml1m] == [0.2, 0.2, 0.2, 0.5, 0.5]  # bert_config_ml-1m_{64,128,256}.json
+    assert [c.attention_dropout for c in ml1m] == [0.2] * 5
+    steam = configs([j for j in sensitivity_jobs(["steam"], ["bert4rec"], "d")])
+    assert [(c.dropout, c.attention_dropout) for c in steam][-2:] == [(0.1, 0.1), (0.2, 0.2)]
+    beauty = configs([j for j in sensitivity_jobs(["beauty"], ["bert4rec"], "d")])
+    assert {(c.dropout, c.attention_dropout) for c in beauty} == {(0.5, 0.2)}
+
+
+def test_heads_set_by_the_user_win_and_must_divide_every_d():
+    jobs = sensitivity_jobs(["ml-1m"], ["bert4rec"], "d", overrides=("heads=1",))
+    assert [c.heads for c in configs(jobs)] == [1] * 5 and all("heads" not in job.sweep.get("tied", {}) for job in jobs)
+    with pytest.raises(ValueError, match=r"--set bert4rec:heads=3: 3 heads do not divide d=16 of the d sweep") as error:
+        sensitivity_jobs(["ml-1m"], ["bert4rec"], "d", overrides=("bert4rec:heads=3",))
+    assert "\n" not in str(error.value)
+
+
+def test_an_unknown_sweep_parameter_is_one_line_before_anything_runs():
+    with pytest.raises(ValueError, match="unknown sweep parameter 'depth' for bert4rec") as error:
+        sensitivity_jobs(["ml-1m"], ["bert4rec"], "depth", values=[1, 2])
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="unknown sweep parameter 'mask_proportion' for sasrec"):
         sensitivity_jobs(["ml-1m"], ["bert4rec", "sasrec"], "rho")
     with pytest.raises(ValueError, match="no default values"):
         sensitivity_jobs(["ml-1m"], ["bert4rec"], "layers")
 
 
-def test_cloze_study_compares_the_three_models():
+# ----------------------------------------------------------------------------------------- the ρ and N sweeps
+
+def test_the_n_sweep_takes_table_4s_values_per_dataset_and_caps_at_rho_n():
+    assert sweep_values("max_len", "beauty") == [10, 20, 30, 40, 50]
+    assert sweep_values("max_len", "ml-1m") == [10, 50, 100, 200, 400]
+    assert sweep_values("max_len", "steam") == [10, 20, 30, 40, 50]  # N = 50 in Table 1, as Beauty
+    assert sweep_values("max_len", "ml-20m") == [10, 50, 100, 200, 400]  # N = 200, as ML-1m
+    jobs = sensitivity_jobs(["beauty", "ml-1m"], param="N")
+    assert [(job.dataset, job.sweep["value"]) for job in jobs][:2] == [("beauty", 10), ("beauty", 20)]
+    built = configs(jobs)
+    # ⌈ρ·N⌉ with Beauty's ρ = 0.6 and ML-1m's 0.2 (0.6·10 = 6, 0.2·400 = 80; the authors' caps are 30 and 40)
+    assert [c.max_predictions for c in built] == [6, 12, 18, 24, 30, 2, 10, 20, 40, 80]
+    assert [job.sweep["tied"] for job in jobs][-1] == {"max_predictions": 80}
+
+
+def test_the_rho_sweep_lifts_the_cap_but_the_default_configuration_keeps_the_authors():
+    jobs = sensitivity_jobs(["ml-1m"], ["bert4rec"], "rho")
+    assert [c.max_predictions for c in configs(jobs)] == [20, 40, 60, 80, 100, 120, 140, 160, 180]
+    assert resolve("bert4rec", "ml-1m", "paper").model.max_predictions == 40
+    kept = sensitivity_jobs(["ml-1m"], ["bert4rec"], "rho", values=[0.5], overrides=("max_predictions=40",))
+    assert configs(kept)[0].max_predictions == 40 and "tied" not in kept[0].sweep  # the user's cap wins
+    # A 1-mask variant masks one item whatever ρ: no cap to follow.
+    one = sensitivity_jobs(["ml-1m"], ["bert4rec-1mask-random"], "N", values=[100])
+    assert configs(one)[0].max_predictions == 1 and "tied" not in one[0].sweep
+
+
+@requires_shared_data
+def test_the_cloze_copies_of_a_rho_sweep_mask_rho_of_their_items_on_ml1m(tmp_path):
+    train = LeaveOneOutSplit(load_dataset("ml-1m", SHARED_DATA, tmp_path, download=False)).train()
+    for job in sensitivity_jobs(["ml-1m"], ["bert4rec"], "rho", overrides=("dupe_factor=1",)):
+        rho = job.sweep["value"]
+        torch.manual_seed(0)
+        model = model_class("bert4rec")(6040, 3416, resolve("bert4rec", "ml-1m", "paper", job.overrides).model)
+        examples = model.training_examples(train)
+        cloze = ~examples["last"]  # the Cloze copies, not the last-item copy
+        masked = (examples["masked_columns"][cloze] < model.config.max_len).sum().item()
+        items = (model.windows[examples["window"][cloze]] != 0).sum().item()
+        assert masked / items == pytest.approx(rho, abs=0.02)
+        report = model.training_report()
+        assert report["masked_proportion"] == pytest.approx(masked / items) and report["capped_windows"] == 0
+
+
+def test_the_default_cap_binds_and_the_row_says_so():
+    model = model_class("bert4rec")(4, 30, resolve("bert4rec", "ml-1m", "paper", ("mask_proportion=0.6",)).model)
+    windows = torch.zeros(2, 200, dtype=torch.long)
+    windows[0, -100:], windows[1, -10:] = 1, 1
+    facts = model.cloze_copy_facts(windows)  # 60 of 100 items capped at 40, 6 of 10 not
+    assert facts == {"masked_proportion": pytest.approx(46 / 110), "capped_windows": 0.5}
+    assert model_class("bert4rec-1mask")(4, 30, model_class("bert4rec-1mask").Config()).training_report() == {}
+
+
+# ---------------------------------------------------------------------------------------------- Cloze study
+
+def test_the_cloze_study_runs_at_d_256_with_both_readings_of_one_mask():
     jobs = cloze_jobs(["ml-1m"], seeds=[0])
     assert [(job.model, job.variant, job.study) for job in jobs] == [
-        ("sasrec", "SASRec", "cloze"), ("bert4rec-1mask", "BERT4Rec (1 mask)", "cloze"),
-        ("bert4rec", "BERT4Rec", "cloze")]
-    assert resolve("bert4rec-1mask", "ml-1m", "paper").model.dupe_factor == 0
+        ("sasrec", "SASRec", "cloze"), ("bert4rec-1mask", "BERT4Rec (1 mask: last)", "cloze"),
+        ("bert4rec-1mask-random", "BERT4Rec (1 mask: random)", "cloze"), ("bert4rec", "BERT4Rec", "cloze")]
+    sasrec, last, random, bert = configs(jobs)
+    assert {c.hidden for c in (sasrec, last, random, bert)} == {256}
+    assert sasrec.heads == 1 and last.heads == random.heads == bert.heads == 8
+    assert last.dupe_factor == 0 and last.mask_last  # only the last item of each sequence
+    assert random.dupe_factor == 10 and random.max_predictions == 1  # one random item per copy
+    assert bert.max_predictions == 40 and bert.dropout == 0.5  # the authors' cap; bert_config_ml-1m_256.json
+    mine = cloze_jobs(["ml-1m"], models=["bert4rec"], overrides=("hidden=64",))  # the user's d wins, heads follow
+    assert [(c.hidden, c.heads, c.dropout) for c in configs(mine)] == [(64, 2, 0.2)]
+    with pytest.raises(ValueError, match="max_predictions=40 must be 1"):
+        model_class("bert4rec-1mask-random").Config(max_predictions=40)
+
+
+def test_the_one_random_mask_variant_masks_one_item_per_copy_and_the_last_item_copy():
+    torch.manual_seed(0)
+    config = model_class("bert4rec-1mask-random").Config(max_len=20, dupe_factor=3)
+    model = model_class("bert4rec-1mask-random")(60, 150, config)
+    examples = model.training_examples(LeaveOneOutSplit(chain_data(n_users=60)).train())
+    used = (examples["masked_columns"] < 20).sum(1)
+    assert used.tolist() == [1] * len(used)
+    last_column = examples["masked_columns"][examples["last"], 0]
+    assert (last_column == 19).all()  # the mask_last copy: the window's last column
+    cloze = examples["masked_columns"][~examples["last"], 0]
+    assert len(set(cloze.tolist())) > 5  # the other copies: random items, not always the last
+
+
+def test_the_study_command_defaults_to_the_paper_profile_and_plans_with_tied_settings(capsys):
+    args = parse_args(["cloze", "--datasets", "synthetic"])
+    assert args.profile == "paper" and args.hidden == 256
+    assert main(["cloze", "--datasets", "synthetic", "--models", "bert4rec", "--dry-run", "--no-estimate"]) == 0
+    out = capsys.readouterr().out
+    assert "profile paper" in out and "sets: hidden=256 heads=8" in out and "hidden=256 layers=2 heads=8" in out
+    assert main(["sensitivity", "--param", "d", "--models", "sasrec", "--set", "heads=3", "--dry-run",
+                 "--no-estimate"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1  # one line, before anything trains
 
 
 def test_command_line_builds_the_same_jobs():
@@ -74,10 +221,43 @@ def test_command_line_builds_the_same_jobs():
                        "--set", "max_epochs=2"])
     (job,) = build_jobs(args)
     assert job.overrides == ("max_epochs=2", "layers=1") and job.variant == "L=1"
-    args = parse_args(["sensitivity", "--param", "hidden", "--values", "8", "16"])
+    args = parse_args(["sensitivity", "--param", "hidden", "--values", "8", "16", "--models", "sasrec"])
     assert [job.sweep for job in build_jobs(args)] == [{"param": "hidden", "value": 8},
                                                         {"param": "hidden", "value": 16}]
 
+
+# -------------------------------------------------------------------------------------------- time estimates
+
+def test_planned_steps_are_exact_without_early_stopping_and_an_upper_bound_with_it():
+    paper = TrainSettings(max_steps=400_000, max_epochs=100_000, patience=10 ** 6)
+    assert planned_steps(paper, 112_783) == (400_000, True)  # 441 batches an epoch: max_steps decides
+    early = TrainSettings(max_epochs=200, patience=10, batch_size=128)
+    assert planned_steps(early, 6040) == (200 * 48, False)
+    assert duration(30) == "30 s" and duration(7200) == "2.0 h" and duration(86400 * 11.6) == "11.6 days"
+    assert Estimate(3600.0, 1000, 3.6, True).describe() == "≈ 1.0 h: 1,000 steps × 3.6 s (runs every step)"
+    assert Estimate(None).describe() == "no training"
+
+
+def test_estimates_time_real_steps_and_the_plan_states_them(tmp_path):
+    jobs = ablation_jobs(["chain"], ["bert4rec"], variants=["default"],
+                         overrides=("max_len=8", "hidden=8", "heads=1", "max_steps=1000", "max_epochs=100000",
+                                    "patience=1000"))
+    jobs += cloze_jobs(["chain"], models=["sasrec"], overrides=("max_len=8", "max_epochs=3", "patience=1"))
+    jobs += ablation_jobs(["chain"], ["pop"], variants=["default"])
+    options = RunOptions(output=tmp_path, protocols=("pop100",), profile="smoke", device="cpu")
+    planned, datasets = plan_grid(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None)
+    estimates = estimate_jobs(planned, datasets, device="cpu", threads=1, log=lambda *_: None)
+    bert, sasrec, pop = (estimates[job.key] for job in planned)
+    assert bert.exact and bert.steps == 1000 and bert.per_step > 0
+    assert bert.seconds == pytest.approx(1000 * bert.per_step)
+    assert not sasrec.exact and sasrec.steps == 3 * 1  # 3 epochs of one batch of 60 windows: an upper bound
+    assert pop.seconds is None
+    text = "\n".join(plan_lines(planned, estimates))
+    assert "estimated training: ≈" in text and "early stopping may end it sooner" in text
+    assert "no training" in text and "tied to" not in text and "patience=1 hidden=256" in text
+
+
+# -------------------------------------------------------------------------------------------- end to end
 
 def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
     tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=1", "valid_every=1")
@@ -93,11 +273,14 @@ def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
         ("ablation", "default", None), ("ablation", "w/o PE", None),
         ("sensitivity", "hidden=4", {"param": "hidden", "value": 4})]
     assert written[1]["hyperparameters"]["use_position"] is False and written[2]["hyperparameters"]["hidden"] == 4
-    for row in written:  # both models save heat-map weights: every layer and head over one user's test input
+    for row in written:  # both models save heat maps: every layer and head, averaged and one user's
         with np.load(tmp_path / row["attention_file"]) as saved:
-            weights, items = saved["weights"], saved["items"]
-        assert weights.shape == (2, 1, len(items), len(items))  # layers, heads (heads=1), positions, positions
+            mean, users, weights, items = saved["weights"], saved["users"], saved["user_weights"], saved["user_items"]
+        assert mean.shape == (2, 1, 10, 10) and users.shape == (10, 10)  # layers, heads (heads=1), last 10 positions
+        assert users[-1, -1] == 60  # every test user has its last position
+        assert weights.shape == (2, 1, len(items), len(items))
         assert np.allclose(weights.sum(-1)[..., items != 0], 1.0, atol=1e-5)  # each real query's weights sum to 1
     assert len({row["attention_file"] for row in written}) == 3  # one file per job
     table = study_table(written[:2])
     assert "w/o PE" in table and "chain bert4rec (pop100)" in table
+    assert np.isfinite([r["metrics"]["NDCG@10"] for r in written]).all()

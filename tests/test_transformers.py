@@ -12,22 +12,13 @@ import recbench.models.transformer_fast as transformer_fast
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit
-from recbench.models import model_class
 from recbench.models.pop import Pop
 from recbench.models.sasrec import SASRec, SASRecCE, SASRecConfig
 from recbench.models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy
-from tests.helpers import chain_data, histories
+from tests.helpers import chain_data, histories, small
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def small(model: str, seed: int = 0, **changes):
-    """A small attention model of the registry on 40 items, in eval mode."""
-    torch.manual_seed(seed)
-    cls = model_class(model)
-    base = dict(max_len=12, hidden=16, heads=2, dropout=0.1, attention_dropout=0.1)
-    return cls(10, 40, cls.Config(**{**base, **changes})).eval()
 
 
 HISTORIES = histories([[3, 7, 1, 9, 4], [5, 2, 8, 2, 6, 11, 30, 12, 17, 21, 33], [40]])
@@ -266,8 +257,8 @@ def test_history_longer_than_the_model_reads_is_cut_to_the_most_recent_items():
 @pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
 def test_attention_maps_shape_rows_and_padding(model):
     m = small(model, layers=3, heads=4)
-    weights = m.attention_maps(USERS[:1], HISTORIES[:1, -(m.history_length):])
-    items = m.attention_items(HISTORIES[:1, -(m.history_length):])[0]
+    items, weights = m.attention_weights(HISTORIES[:1, -(m.history_length):], trim=False)
+    items, weights = items[0], weights[0]
     T = m.config.max_len
     assert weights.shape == (3, 4, T, T) and items.shape == (T,)
     assert torch.allclose(weights.sum(-1), torch.ones(3, 4, T))

@@ -1,0 +1,134 @@
+"""Each planned job's training time on this machine, estimated before anything trains: a few training steps of
+every distinct (dataset, model, settings) are timed on the real data, on the device and with the threads the job
+will get, and multiplied by the steps the job will run.
+
+A job without early stopping runs exactly its steps (``max_steps``, else ``max_epochs`` × its batches per epoch);
+one that validation may stop earlier runs at most that many, so its figure is an upper bound; a time budget caps
+either. Validation and the one-off preparation of training examples are not included.
+
+    estimates = estimate_jobs(planned, datasets, device="auto", threads=1)
+    print(estimates[job.key].describe())   # "≈ 11.6 days: 400,000 steps × 2.51 s (runs every step)"
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from recbench.benchmarks.trainer import resolve_device
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models import model_class
+from recbench.models.base import NeuralRecommender
+
+MIN_TIMED_SECONDS = 1.0  # time steps until this much has passed...
+MAX_TIMED_STEPS = 20  # ...or this many steps, after one untimed warm-up step
+MIN_TIMED_STEPS = 2
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's estimated training time: ``seconds`` (None: the model does not train), the ``steps`` counted and the
+    measured seconds per step; ``exact`` when the job runs every one of those steps, else an upper bound."""
+
+    seconds: float | None
+    steps: int = 0
+    per_step: float = 0.0
+    exact: bool = True
+    budget: float | None = None  # the job's time budget, when it caps the estimate
+
+    def describe(self) -> str:
+        if self.seconds is None:
+            return "no training"
+        steps = f"{self.steps:,} steps × {self.per_step:.3g} s"
+        if self.budget is not None:
+            return f"{duration(self.seconds)}: capped by its time budget (else {steps})"
+        if self.exact:
+            return f"≈ {duration(self.seconds)}: {steps} (runs every step)"
+        return f"≤ {duration(self.seconds)}: at most {steps}; early stopping may end it sooner"
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min``, ``7.2 h`` or ``11.6 days``."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size if unit == "days" else seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def planned_steps(train, n_examples: int) -> tuple[int, bool]:
+    """The optimiser steps a job with trainer settings ``train`` takes on ``n_examples`` training examples, and
+    whether it takes all of them (no early stopping possible before the last validation)."""
+    per_epoch = math.ceil(n_examples / train.batch_size)
+    steps = train.max_epochs * per_epoch if train.max_steps is None else min(train.max_steps,
+                                                                             train.max_epochs * per_epoch)
+    validations = math.ceil(steps / per_epoch) // train.valid_every
+    patience = getattr(train, "patience", None)
+    return steps, patience is None or patience >= validations
+
+
+def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int) -> float:
+    """Mean seconds of one training step (loss, backward, an Adam step) on batches of ``examples``,
+    after one untimed warm-up step; consecutive rows for models that train on ordered rows (GRU4Rec)."""
+    n = len(next(iter(examples.values())))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-9)  # the update's cost, not its effect, is measured
+    generator = torch.Generator(device=model.device).manual_seed(0)
+    model.train()
+    timed, started = 0, None
+    while timed < MIN_TIMED_STEPS or (timed < MAX_TIMED_STEPS and time.perf_counter() - started < MIN_TIMED_SECONDS):
+        start = int(torch.randint(max(1, n - batch_size + 1), (), generator=generator, device=model.device))
+        rows = (torch.arange(start, min(n, start + batch_size), device=model.device) if model.ordered_examples
+                else torch.randint(n, (min(n, batch_size),), generator=generator, device=model.device))
+        loss = model.loss({key: value[rows] for key, value in examples.items()}, generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        if started is None:  # the warm-up step ends here
+            started = time.perf_counter()
+        else:
+            timed += 1
+    return (time.perf_counter() - started) / timed
+
+
+def _measure(job, data, device: torch.device) -> tuple[float, int]:
+    """(seconds per step, training examples) of one planned job's model on its data."""
+    model = model_class(job.job.model)(data.n_users, data.n_items, job.config.model).to(device)
+    examples = {key: value.to(device) for key, value in model.training_examples(LeaveOneOutSplit(data).train()).items()}
+    return seconds_per_step(model, examples, job.config.train.batch_size), len(next(iter(examples.values())))
+
+
+def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: int | None = None,
+                  n_jobs: int = 1, log=print) -> dict:
+    """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.runner.plan_grid`) on ``datasets``,
+    timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
+    Jobs that differ only in seed or trainer settings share one measurement."""
+    device = resolve_device(device)
+    previous_threads = torch.get_num_threads()
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // max(1, n_jobs)))
+    torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)  # as the runner trains
+    measured, estimates = {}, {}
+    try:
+        for job in planned:
+            if not issubclass(model_class(job.job.model), NeuralRecommender):
+                estimates[job.key] = Estimate(None)
+                continue
+            signature = (job.job.dataset, job.job.model, repr(job.config.model), job.config.train.batch_size)
+            if signature not in measured:
+                log(f"  timing {job.job.model} on {job.job.dataset} ({len(measured) + 1})")
+                torch.manual_seed(0)
+                measured[signature] = _measure(job, datasets[job.job.dataset], device)
+            per_step, n_examples = measured[signature]
+            steps, exact = planned_steps(job.config.train, n_examples)
+            seconds, budget = steps * per_step, job.config.train.time_budget_s
+            capped = budget is not None and budget < seconds
+            estimates[job.key] = Estimate(budget if capped else seconds, steps, per_step, exact,
+                                          budget if capped else None)
+    finally:
+        torch.set_num_threads(previous_threads)
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+    return estimates
