@@ -367,7 +367,7 @@ class Trainer:
         best = f"{state.best_metric:.4f}" if state.best_metric > -math.inf else "–"
         bar.set_postfix(epoch=state.epoch, loss=f"{state.history[-1]['loss']:.4f}",
                         **({f"best {self.settings.valid_metric}": best} if validate else {}))
-        if state.stopped_by == "time budget":
+        if state.stopped_by == "time budget" and not bar.disable:  # a disabled bar has no description
             bar.set_description_str(f"{bar.desc}: stopped by the {self.settings.time_budget_s:g} s time budget")
             bar.leave = True
 

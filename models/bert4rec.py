@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from recbench.datasets.sequences import PAD, Histories
-from recbench.models.base import NeuralRecommender, ScoreFactors, require_choice
+from recbench.models.base import NeuralRecommender, ScoreFactors, require, require_choice
 from recbench.models.transformer import POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
 
@@ -73,21 +73,15 @@ class BERT4RecConfig:
 
     def __post_init__(self):
         check_encoder_fields(self)
-        if self.max_len < 2:
-            raise ValueError(f"max_len={self.max_len} must be >= 2 (at least one item and the [MASK])")
-        if not 0.0 < self.mask_proportion <= 1.0:
-            raise ValueError(f"mask_proportion={self.mask_proportion} must be in (0, 1]")
-        if self.max_predictions < 1:
-            raise ValueError(f"max_predictions={self.max_predictions} must be >= 1")
-        if not 0.0 <= self.mask_token_prob <= 1.0:
-            raise ValueError(f"mask_token_prob={self.mask_token_prob} must be in [0, 1]")
-        if self.dupe_factor < 0:
-            raise ValueError(f"dupe_factor={self.dupe_factor} must be >= 0")
-        if self.dupe_factor == 0 and not self.mask_last:
-            raise ValueError("mask_last=False must not come with dupe_factor=0 (nothing would be trained on)")
-        if not 0.0 < self.window_step <= 1.0 or int(self.window_step * self.max_len) < 1:
-            raise ValueError(f"window_step={self.window_step} must be in (0, 1] with int(window_step·max_len) >= 1 "
-                             f"(max_len={self.max_len})")
+        require(self, self.max_len >= 2, "max_len", "be >= 2 (at least one item and the [MASK])")
+        require(self, 0.0 < self.mask_proportion <= 1.0, "mask_proportion", "be in (0, 1]")
+        require(self, self.max_predictions >= 1, "max_predictions", "be >= 1")
+        require(self, 0.0 <= self.mask_token_prob <= 1.0, "mask_token_prob", "be in [0, 1]")
+        require(self, self.dupe_factor >= 0, "dupe_factor", "be >= 0")
+        require(self, self.dupe_factor > 0 or self.mask_last, "mask_last",
+                "be true when dupe_factor=0 (else nothing is trained on)")
+        require(self, 0.0 < self.window_step <= 1.0 and int(self.window_step * self.max_len) >= 1, "window_step",
+                f"be in (0, 1] with int(window_step·max_len) >= 1 (max_len={self.max_len})")
         require_choice(self, "positions", POSITIONS)
         require_choice(self, "softmax_classes", SOFTMAX_CLASSES)
 
@@ -304,9 +298,8 @@ class BERT4Rec1MaskRandomConfig(BERT4RecConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.max_predictions != 1:
-            raise ValueError(f"max_predictions={self.max_predictions} must be 1 (this variant masks one random "
-                             f"item per copy; bert4rec masks more)")
+        require(self, self.max_predictions == 1, "max_predictions",
+                "be 1 (this variant masks one random item per copy; bert4rec masks more)")
 
 
 class BERT4Rec1MaskRandom(BERT4Rec):

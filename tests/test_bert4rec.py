@@ -276,7 +276,7 @@ def test_weight_decay_spares_biases_and_layernorm_as_the_official_optimizer():
 
 @pytest.mark.parametrize("changes, message", [
     ({"mask_proportion": 0.0}, "mask_proportion=0.0 must be in (0, 1]"),
-    ({"dupe_factor": 0, "mask_last": False}, "mask_last=False must not come with dupe_factor=0"),
+    ({"dupe_factor": 0, "mask_last": False}, "mask_last=false must be true when dupe_factor=0"),
     ({"hidden": 16, "heads": 3}, "heads=3 must divide hidden=16"),
     ({"max_len": 1}, "max_len=1 must be >= 2"),
     ({"max_predictions": 0}, "max_predictions=0 must be >= 1"),

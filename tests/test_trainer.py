@@ -191,3 +191,25 @@ def test_compiled_training_matches_eager_on_cpu():
         weights.append((model.item_embedding.detach().clone(), report.curve[-1]["loss"]))
     assert torch.allclose(weights[0][0], weights[1][0], atol=1e-4)
     assert weights[0][1] == pytest.approx(weights[1][1], rel=1e-4)
+
+
+@pytest.mark.parametrize("model", ["bert4rec", "bert4rec-1mask", "bert4rec-1mask-random"])
+def test_bert4rec_paper_profile_trains_the_authors_steps_without_early_stopping(model):
+    from recbench.benchmarks.config import resolve
+
+    for dataset, steps in (("beauty", 400_000), ("ml-1m", 400_000), ("ml-20m", 400_000), ("steam", 800_000)):
+        train = resolve(model, dataset, "paper").train
+        assert (train.patience, train.max_steps, train.time_budget_s) == (None, steps, None), (model, dataset)
+        assert train.precision == "fp32"  # the authors' code trains in float32
+
+
+def test_without_patience_training_runs_to_max_steps_and_tests_the_selected_step():
+    # Validation falls after its first value: patience 2 would stop after 3 epochs, none runs every step.
+    model = new_model()
+    validate, snapshots = scripted_validator([0.5] + [0.1] * 20)
+    report = trainer(patience=None, max_epochs=100, max_steps=23).fit(model, toy_split().train(), validate)
+    assert report.steps_run == 23 and report.stopped_by == "max steps"  # 5 batches of 64 per epoch: 5 epochs
+    assert report.epochs_run == 5 and len(snapshots) == 5  # the last, short epoch is validated too
+    assert report.best_epoch == 1 and report.best_step == 5 and torch.equal(model.item_factors.weight, snapshots[0])
+    budgeted = trainer(patience=None, max_epochs=100_000, max_steps=10**9, time_budget_s=0.3)
+    assert budgeted.fit(new_model(), toy_split().train(), None).stopped_by == "time budget"
