@@ -7,6 +7,8 @@ import pickle
 import signal
 import subprocess
 import sys
+import tomllib
+import uuid
 
 import pytest
 
@@ -18,7 +20,7 @@ from recbench.benchmarks.search import declared_space, toml_value
 from recbench.benchmarks.trainer import TrainSettings, Validation
 from recbench.benchmarks.tuning import TrialReporter, open_storage
 from recbench.reports import generate_report
-from tests.helpers import ROOT, dask_cluster, wait_for
+from tests.helpers import OWN_MODEL, ROOT, dask_cluster, wait_for, write_package
 
 optuna = pytest.importorskip("optuna")
 
@@ -132,6 +134,24 @@ def test_trials_with_equal_settings_run_once(tmp_path):
     for trial in trials:
         source = next(t for t in trained(trials) if t.params == trial.params)
         assert trial.value == source.value and trial.user_attrs["key"] == source.user_attrs["key"]
+
+
+def test_a_model_of_the_users_own_is_tuned_by_its_import_path(tmp_path, monkeypatch, capsys):
+    # A model outside the suite has no [search] table of ours: its space comes from --space.
+    package = f"own_{uuid.uuid4().hex[:8]}"
+    write_package(tmp_path / "user", package, {"mymodel.py": OWN_MODEL})
+    monkeypatch.syspath_prepend(str(tmp_path / "user"))
+    model = f"{package}.mymodel:MyRec"
+    assert tune_cli(tmp_path, "--datasets", "synthetic", "--models", model, "--trials", "2", "--space",
+                    "hidden=[8, 12]", "--sampler", "grid", *FAST) == 0
+    trials = study(tmp_path / "out", f"tune-synthetic-{model}").trials
+    assert sorted(t.params["hidden"] for t in trials) == [8, 12]
+    tuned = tomllib.loads((tmp_path / "out" / "tuned.toml").read_text())
+    assert tuned[model]["model"]["synthetic"]["hidden"] in (8, 12)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    finals = [row for row in rows if row["study"] == "tuning" and row["split"] == "test"]
+    assert {row["variant"] for row in finals} == {"tuned", "default"}
+    assert all(row["model_source"]["import_path"] == model for row in finals)
 
 
 def test_the_grid_sampler_runs_every_point_of_the_grid_to_the_end(tmp_path, capsys):
