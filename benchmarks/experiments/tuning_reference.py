@@ -3,6 +3,7 @@ process on one thread (``--threads 1``, ``OMP_NUM_THREADS=1``):
 
     python -m benchmarks.experiments.tuning_reference pruning --data-dir DIR   # SASRec: median pruning against none
     python -m benchmarks.experiments.tuning_reference models --data-dir DIR    # BPR-MF, NCF, FPMC, SASRec: tuned
+    python -m benchmarks.experiments.tuning_reference models --models bprmf --data-dir DIR   # one of them
 
 ``pruning`` runs the same 20-trial TPE search (same sampler seed, trial seed and per-trial budget) without pruning
 and with the median pruner, and records for each the best validation NDCG@10 and the CPU-seconds: the process's
@@ -91,7 +92,7 @@ def finals(output: Path, model: str) -> dict:
     return {name: round(sum(values) / len(values), 4) for name, values in sorted(found.items())}
 
 
-def models(work: Path, data_dir: str) -> dict:
+def models(work: Path, data_dir: str, chosen: list[str]) -> dict:
     from recbench.reports.published import load_published
 
     published, _ = load_published()
@@ -100,7 +101,8 @@ def models(work: Path, data_dir: str) -> dict:
     folder = work / "models"
     folder.mkdir(parents=True, exist_ok=True)
     results = {}
-    for model, budget in MODELS.items():
+    for model in chosen:
+        budget = MODELS[model]
         process = tune(["--models", model, *budget, "--seeds", *SEEDS, "--resume"], folder, data_dir)
         results[model] = {**process, **study(folder, model), "test_NDCG@10": finals(folder, model),
                           "table2_ml-1m_pop100_NDCG@10": table2.get(model)}
@@ -115,10 +117,17 @@ def main(argv=None) -> int:
     parser.add_argument("part", choices=("pruning", "models"))
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--work", default="results/tuning-reference", help="the searches' folders")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
+                        help="models: which of the four to tune (their results join those already in the file)")
     args = parser.parse_args(argv)
     work = Path(args.work).resolve()
-    found = pruning(work, args.data_dir) if args.part == "pruning" else models(work, args.data_dir)
     path = ROOT / "results" / "reference" / f"tuning-{args.part}-{DATASET}.json"
+    if args.part == "pruning":
+        found = pruning(work, args.data_dir)
+    else:
+        found = models(work, args.data_dir, args.models)
+        if path.exists():  # models tuned by an earlier invocation (on another core) stay in the file
+            found["models"] = {**json.loads(path.read_text())["models"], **found["models"]}
     write_json(path, found)
     print(json.dumps(found, indent=2, default=str))
     return 0
