@@ -35,15 +35,18 @@ DATASET = "ml-100k"
 TRIALS = "20"
 SASREC_BUDGET = ["--budget-epochs", "60"]  # SASRec's trials: at most 60 epochs (its default run stops at ~130)
 # Per model: the per-trial budget (none: the paper profile's own cap and early stopping).
-MODELS = {"bprmf": [], "fpmc": [], "ncf": ["--budget-epochs", "20"], "sasrec": SASREC_BUDGET}
+# NCF: 5 epochs a trial. Its trials with 64 factors and 10 negatives cost about 190 CPU-seconds an epoch here, so
+# 20-epoch trials made the search about 2.5 hours on one core.
+MODELS = {"bprmf": [], "fpmc": [], "ncf": ["--budget-epochs", "5"], "sasrec": SASREC_BUDGET}
 SEEDS = ["0", "1"]  # of the final runs (trials train with seed 0)
 
 
-def tune(argv: list[str], output: Path, data_dir: str) -> dict:
-    """One search as its own process; its command, exit code, CPU-seconds (with its children) and wall seconds."""
+def tune(argv: list[str], output: Path, data_dir: str, jobs: int = 1) -> dict:
+    """One search as its own process (``jobs`` trials at once, one thread each); its command, exit code,
+    CPU-seconds (with its children) and wall seconds."""
     command = [sys.executable, "-m", "benchmarks.tune", "--datasets", DATASET, "--profile", "paper",
-               "--trials", TRIALS, "--threads", "1", "--quiet", "--data-dir", data_dir, "--output", str(output),
-               *argv]
+               "--trials", TRIALS, "--threads", "1", "--jobs", str(jobs), "--quiet", "--data-dir", data_dir,
+               "--output", str(output), *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     with open(output.with_suffix(".log"), "a") as log:
@@ -92,7 +95,7 @@ def finals(output: Path, model: str) -> dict:
     return {name: round(sum(values) / len(values), 4) for name, values in sorted(found.items())}
 
 
-def models(work: Path, data_dir: str, chosen: list[str]) -> dict:
+def models(work: Path, data_dir: str, chosen: list[str], jobs: int = 1) -> dict:
     from recbench.reports.published import load_published
 
     published, _ = load_published()
@@ -103,7 +106,7 @@ def models(work: Path, data_dir: str, chosen: list[str]) -> dict:
     results = {}
     for model in chosen:
         budget = MODELS[model]
-        process = tune(["--models", model, *budget, "--seeds", *SEEDS, "--resume"], folder, data_dir)
+        process = tune(["--models", model, *budget, "--seeds", *SEEDS, "--resume"], folder, data_dir, jobs)
         results[model] = {**process, **study(folder, model), "test_NDCG@10": finals(folder, model),
                           "table2_ml-1m_pop100_NDCG@10": table2.get(model)}
     return {"what": "BPR-MF, NCF, FPMC and SASRec tuned on ML-100k validation (20 TPE trials, median pruning), then "
@@ -119,13 +122,14 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default="results/tuning-reference", help="the searches' folders")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
                         help="models: which of the four to tune (their results join those already in the file)")
+    parser.add_argument("--jobs", type=int, default=1, help="trials at once in each search (models only)")
     args = parser.parse_args(argv)
     work = Path(args.work).resolve()
     path = ROOT / "results" / "reference" / f"tuning-{args.part}-{DATASET}.json"
     if args.part == "pruning":
         found = pruning(work, args.data_dir)
     else:
-        found = models(work, args.data_dir, args.models)
+        found = models(work, args.data_dir, args.models, args.jobs)
         if path.exists():  # models tuned by an earlier invocation (on another core) stay in the file
             found["models"] = {**json.loads(path.read_text())["models"], **found["models"]}
     write_json(path, found)
