@@ -30,13 +30,26 @@ from recbench.models.base import show
 RANGE_KEYS = ("low", "high", "log", "step")
 TIED = "tied"  # the sub-table of [search] that ties settings to searched ones
 REMOVE = "none"  # --space FIELD=none: the field is not searched
-# Settings tied to a searched one (BERT4Rec §4.3: 32 dimensions per head, one head below d = 32; §4.6: a sequence's
-# masked items are ρ of its N, so the authors' cap on them is max_predictions = ⌈ρ·N⌉). A config file names a rule
-# by its text; the text is looked up here, never evaluated.
+HEAD_SIZE = 32  # BERT4Rec §4.3: d/h = 32 dimensions per head, one head below d = 32
+
+
+def paper_heads(hidden: int) -> int:
+    """BERT4Rec §4.3: the heads of a d = ``hidden`` model, 32 dimensions per head and at least one."""
+    return max(1, hidden // HEAD_SIZE)
+
+
+def cloze_cap(rho: float, length: int) -> int:
+    """BERT4Rec §4.6: a sequence's masked items are ρ of its N, so the cap on them is ⌈ρ·N⌉, rounded first so that
+    0.3·200 = 60.000000000000007 is 60."""
+    return math.ceil(round(rho * length, 9))
+
+
+# Settings tied to a searched one (the paper's rules above, which the studies' sweeps follow too). A config file
+# names a rule by its text; the text is looked up here, never evaluated.
 TIED_RULES: dict[str, tuple[tuple[str, ...], typing.Callable[[dict], object]]] = {
-    "max(1, hidden // 32)": (("hidden",), lambda v: max(1, v["hidden"] // 32)),
+    "max(1, hidden // 32)": (("hidden",), lambda v: paper_heads(v["hidden"])),
     "ceil(mask_proportion * max_len)": (("mask_proportion", "max_len"),
-                                        lambda v: math.ceil(round(v["mask_proportion"] * v["max_len"], 9))),
+                                        lambda v: cloze_cap(v["mask_proportion"], v["max_len"])),
     "dropout": (("dropout",), lambda v: v["dropout"]),  # SASRec's code: one dropout rate, the attention's too
     "[8 * factors, 4 * factors, 2 * factors, factors]": (("factors",), lambda v: tuple(
         k * v["factors"] for k in (8, 4, 2, 1))),  # the NCF code's README: factors 8, MLP layers [64, 32, 16, 8]

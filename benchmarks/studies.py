@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import numpy as np
 from recbench.benchmarks.config import check_overrides, parse_override, resolve
 from recbench.benchmarks.estimate import duration
 from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.search import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.models import model_class
 from recbench.models.base import show
@@ -72,7 +72,6 @@ N_SWEEPS = {"beauty": [10, 20, 30, 40, 50], "ml-1m": [10, 50, 100, 200, 400]}
 PARAM_ALIASES = {"d": "hidden", "rho": "mask_proportion", "ρ": "mask_proportion", "N": "max_len"}
 # Fig. 3's models, the paper's neural sequential models; the other sweeps are BERT4Rec's.
 SWEEP_MODELS = {"hidden": ["gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]}
-HEAD_SIZE = 32  # §4.3: d/h = 32 dimensions per head, one head below d = 32
 # The authors' bert_config_<data>_<d>.json where it differs from bert_config_<data>_64.json (bert4rec.toml):
 # hidden_dropout_prob and attention_probs_dropout_prob. Beauty and ML-20m use the same dropouts at every d.
 AUTHORS_DROPOUTS = {
@@ -119,14 +118,9 @@ def cloze_cap_follows(model: str) -> bool:
     return "mask_proportion" in defaults and defaults.get("dupe_factor", 0) > 0 and defaults["max_predictions"] > 1
 
 
-def cloze_cap(rho: float, length: int) -> int:
-    """⌈ρ·N⌉, rounded first so that 0.3·200 = 60.000000000000007 is 60."""
-    return math.ceil(round(rho * length, 9))
-
-
 def heads_for(hidden: int) -> int:
-    """§4.3: 32 dimensions per head, at least one head."""
-    heads = max(1, hidden // HEAD_SIZE)
+    """§4.3's heads for d = ``hidden`` (:func:`benchmarks.search.paper_heads`), which must divide d."""
+    heads = paper_heads(hidden)
     if hidden % heads:
         raise ValueError(f"d={hidden}: the paper's rule h = d/{HEAD_SIZE} gives {heads} heads, which do not divide "
                          f"d; pick a d that is a multiple of {HEAD_SIZE}, or --set heads=H explicitly")
@@ -352,7 +346,7 @@ def main(argv=None) -> int:
             print("\n" + text)
             return text
 
-        return run_grid(args, jobs, options, table=table, preloaded=datasets)
+        return run_grid(args, jobs, options, table=table, plan=(planned, datasets))
 
     return guard(run, args.debug)
 
