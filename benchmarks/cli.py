@@ -70,15 +70,16 @@ def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Pa
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
-             preloaded: dict | None = None) -> int:
+             plan: tuple | None = None) -> int:
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them), then write ``table.md`` (``table(rows)``
-    gives it) and the report; returns the exit code."""
+    gives it) and the report; returns the exit code. ``plan``: what :func:`plan_grid` returned, when the caller
+    has planned the jobs already."""
     try:
         if args.dry_run:
-            planned, _ = plan_grid(jobs, options, preloaded=preloaded)
+            planned, _ = plan or plan_grid(jobs, options)
             print_plan(planned, ResultStore(options.output) if options.resume else None)
             return 0
-        result = run_jobs(jobs, options, preloaded=preloaded)
+        result = run_jobs(jobs, options, plan=plan)
     except GridInterrupted:
         print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
               f"to continue (interrupted training resumes from its checkpoint)", file=sys.stderr)

@@ -47,17 +47,19 @@ class GridResult:
         return [row for outcome in sorted(self.finished, key=lambda o: order[o.key]) for row in outcome.rows]
 
 
-def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = None, log=print) -> GridResult:
+def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = None, plan: tuple | None = None,
+             log=print) -> GridResult:
     """Plan, run and record a grid of jobs (see the module docstring); returns what became of each job.
 
     ``preloaded`` maps dataset names to ready :class:`~datasets.sequences.SequenceData` (in-memory data);
-    other names are loaded through :func:`datasets.load_dataset`. With ``options.resume`` jobs whose key already
-    has every result row are skipped and interrupted training continues from its checkpoint; without it a job
-    runs afresh, and its new rows replace the old rows of the same key once it has finished. Raises
-    :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run, and
+    other names are loaded through :func:`datasets.load_dataset`. ``plan`` is what :func:`plan_grid` returned for
+    these jobs and options, when the caller has planned them already (to show the plan first). With
+    ``options.resume`` jobs whose key already has every result row are skipped and interrupted training continues
+    from its checkpoint; without it a job runs afresh, and its new rows replace the old rows of the same key once
+    it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run, and
     :class:`~benchmarks.jobs.GridInterrupted` on Ctrl-C.
     """
-    planned, datasets = plan_grid(jobs, options, preloaded=preloaded, log=log)
+    planned, datasets = plan or plan_grid(jobs, options, preloaded=preloaded, log=log)
     store = ResultStore(Path(options.output).resolve())
     result = GridResult(planned)
     pending = _pending(planned, store, options.resume, result, log)
