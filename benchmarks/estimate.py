@@ -65,8 +65,7 @@ def planned_steps(train, n_examples: int) -> tuple[int, bool]:
     steps = train.max_epochs * per_epoch if train.max_steps is None else min(train.max_steps,
                                                                              train.max_epochs * per_epoch)
     validations = math.ceil(steps / per_epoch) // train.valid_every
-    patience = getattr(train, "patience", None)
-    return steps, patience is None or patience >= validations
+    return steps, train.patience is None or train.patience >= validations
 
 
 def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int) -> float:
