@@ -156,6 +156,16 @@ PADDING_SENSITIVE_MODEL = OWN_MODEL.replace(
 ''')
 
 
+# Its values beside it, as a user's package may give them (the model's defaults otherwise).
+SMOKE_TOML = """[model]
+hidden = 12           # our choice
+[train]
+lr = 1e-2             # our choice
+[smoke.train]
+max_epochs = 2        # smoke profile: seconds
+"""
+
+
 def write_package(root: Path, package: str, files: dict[str, str]) -> Path:
     """``root/package/`` with an empty ``__init__.py`` and ``files`` (name -> text); returns the package folder."""
     folder = root / package

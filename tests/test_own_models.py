@@ -8,9 +8,7 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -26,26 +24,9 @@ from recbench.benchmarks.store import read_results
 from recbench.datasets import generate
 from recbench.models import model_names
 from recbench.models.base import NeuralRecommender, gather_candidates
-from tests.helpers import OWN_MODEL, ROOT, write_package
+from tests.helpers import OWN_MODEL, ROOT, SMOKE_TOML, write_package
 
-SMOKE_TOML = """[model]
-hidden = 12           # our choice
-[train]
-lr = 1e-2             # our choice
-[smoke.train]
-max_epochs = 2        # smoke profile: seconds
-"""
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture
-def own(tmp_path, monkeypatch):
-    """A package of the user's own outside the checkout, on sys.path, named afresh for every test (a process
-    imports a module once)."""
-    package = f"own_{uuid.uuid4().hex[:8]}"
-    folder = write_package(tmp_path / "user", package, {"mymodel.py": OWN_MODEL, "mymodel.toml": SMOKE_TOML})
-    monkeypatch.syspath_prepend(str(tmp_path / "user"))
-    return SimpleNamespace(model=f"{package}.mymodel:MyRec", folder=folder, root=tmp_path / "user", package=package)
 
 
 def cli(tmp_path, argv, capsys) -> tuple[int, str, str]:

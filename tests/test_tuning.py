@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tomllib
-import uuid
 
 import pytest
 
@@ -20,7 +19,7 @@ from recbench.benchmarks.search import declared_space, toml_value
 from recbench.benchmarks.trainer import TrainSettings, Validation
 from recbench.benchmarks.tuning import TrialReporter, open_storage
 from recbench.reports import generate_report
-from tests.helpers import OWN_MODEL, ROOT, dask_cluster, wait_for, write_package
+from tests.helpers import ROOT, dask_cluster, wait_for
 
 optuna = pytest.importorskip("optuna")
 
@@ -136,12 +135,9 @@ def test_trials_with_equal_settings_run_once(tmp_path):
         assert trial.value == source.value and trial.user_attrs["key"] == source.user_attrs["key"]
 
 
-def test_a_model_of_the_users_own_is_tuned_by_its_import_path(tmp_path, monkeypatch, capsys):
+def test_a_model_of_the_users_own_is_tuned_by_its_import_path(tmp_path, own):
     # A model outside the suite has no [search] table of ours: its space comes from --space.
-    package = f"own_{uuid.uuid4().hex[:8]}"
-    write_package(tmp_path / "user", package, {"mymodel.py": OWN_MODEL})
-    monkeypatch.syspath_prepend(str(tmp_path / "user"))
-    model = f"{package}.mymodel:MyRec"
+    model = own.model
     assert tune_cli(tmp_path, "--datasets", "synthetic", "--models", model, "--trials", "2", "--space",
                     "hidden=[8, 12]", "--sampler", "grid", *FAST) == 0
     trials = study(tmp_path / "out", f"tune-synthetic-{model}").trials
