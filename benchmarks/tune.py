@@ -112,8 +112,8 @@ def dry_run(pairs: list, options, settings) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.cli import EXIT_INTERRUPTED, EXIT_USAGE, guard, run_options
-    from recbench.benchmarks.jobs import GridError, GridInterrupted
+    from recbench.benchmarks.cli import EXIT_INTERRUPTED, guard, run_options
+    from recbench.benchmarks.jobs import GridInterrupted
     from recbench.benchmarks.tuning import run_search
 
     def run() -> int:
@@ -125,13 +125,7 @@ def main(argv=None) -> int:
             if args.dry_run:
                 return dry_run(pairs, options, settings)
             result = run_search(pairs, options, settings)
-        except GridError as error:
-            if args.debug:
-                raise
-            lines = str(error).splitlines()
-            print(f"error: {lines[0]}", *(f"       {line}" for line in lines[1:]), sep="\n", file=sys.stderr)
-            return EXIT_USAGE
-        except GridInterrupted:
+        except GridInterrupted:  # a GridError (bad settings, one per line) is guard's to print
             print(f"\ninterrupted: finished trials are in the study; rerun the same command with --resume to "
                   f"continue ({args.output}/)", file=sys.stderr)
             return EXIT_INTERRUPTED
