@@ -3,8 +3,8 @@ user's ``--config`` files.
 
 A model's file has a ``[model]`` table (fields of the model's ``Config`` dataclass) and a ``[train]`` table (fields
 of :class:`benchmarks.trainer.TrainSettings`); a sub-table named after a dataset (``[model.ml-1m]``) overrides
-values for that dataset, and ``[smoke.model]`` / ``[smoke.train]`` (with their own dataset sub-tables) override
-them for the ``smoke`` profile. Every value in the suite's files carries a comment naming its source.
+values for that dataset, and a profile's tables, ``[smoke.model]`` / ``[smoke.train]`` or ``[converge.model]`` /
+``[converge.train]`` (with their own dataset sub-tables), override them for that profile (:data:`PROFILES`). Every value in the suite's files carries a comment naming its source.
 
 A ``--config`` file holds the same tables for several models, each under the model's name, e.g.::
 
@@ -38,10 +38,15 @@ from recbench.models import is_registered, model_class, model_origin, short_name
 from recbench.models.base import setting_error
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-PROFILES = ("smoke", "paper")
+# "paper": the authors' settings and schedule, as written in [model] and [train]. "converge": the same models and
+# data, trained on the schedule the published replications use, until early stopping ends each run (hours, not the
+# authors' weeks on a CPU); its [converge.*] tables change schedule settings only (models/fidelity.md). "smoke":
+# seconds per model, an installation check.
+PROFILES = ("smoke", "converge", "paper")
+PROFILE_TABLES = ("smoke", "converge")  # the profiles written as tables over the paper's values
 # The tables of a model's configuration: "search" is its tuning space (benchmarks.search), "tuned_from" names the
 # tuning study that chose a --config file's settings (written by benchmarks.tune, carried into the result rows).
-SECTIONS = ("model", "train", "smoke", "search", "tuned_from")
+SECTIONS = ("model", "train", *PROFILE_TABLES, "search", "tuned_from")
 
 
 @dataclass
@@ -137,10 +142,12 @@ def read_overlay(path: Path, known_models) -> dict[str, dict]:
 
 
 def _check_fields(tables: dict, model_fields: set, train_fields: set, where: str) -> None:
-    """Every value of a model's ``[model]`` / ``[train]`` tables (dataset sub-tables and ``[smoke]`` included)
-    names a field of the model or the trainer."""
+    """Every value of a model's ``[model]`` / ``[train]`` tables (dataset sub-tables and the profiles' tables
+    included) names a field of the model or the trainer."""
     for section, fields in (("model", model_fields), ("train", train_fields)):
-        for scope, table in (("", tables.get(section, {})), ("smoke.", tables.get("smoke", {}).get(section, {}))):
+        scopes = [("", tables.get(section, {}))] + [(f"{profile}.", tables.get(profile, {}).get(section, {}))
+                                                    for profile in PROFILE_TABLES]
+        for scope, table in scopes:
             for key, value in table.items():
                 for field in (value if isinstance(value, dict) else {key: value}):
                     if field not in fields:
@@ -159,10 +166,10 @@ def _layered_values(tables: dict, dataset: str, profile: str) -> tuple[dict, dic
     """(model values, train values) of one model's tables for a dataset and profile."""
     model_values = _layer(tables.get("model", {}), dataset)
     train_values = _layer(tables.get("train", {}), dataset)
-    if profile == "smoke":
-        smoke = tables.get("smoke", {})
-        model_values.update(_layer(smoke.get("model", {}), dataset))
-        train_values.update(_layer(smoke.get("train", {}), dataset))
+    if profile in PROFILE_TABLES:
+        own = tables.get(profile, {})
+        model_values.update(_layer(own.get("model", {}), dataset))
+        train_values.update(_layer(own.get("train", {}), dataset))
     return model_values, train_values
 
 

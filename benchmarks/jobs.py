@@ -24,9 +24,10 @@ from recbench.benchmarks.relevance import TASK as RELEVANCE
 from recbench.datasets.errors import unknown
 
 TASKS = ("next-item", RELEVANCE)
-# Bump when the key's contents change meaning, so that old keys never match new jobs. 2: the trainer's settings
-# hold only what a run computes (seed, progress, checkpoint and compile left them; amp became precision).
-KEY_VERSION = 2
+# Bump when the key's contents change, so that old keys never match new jobs. 2: the trainer's settings hold only
+# what a run computes (seed, progress, checkpoint and compile left them; amp became precision). 3: every field is
+# always present (cpu_budget_s, tuned_from, model_source_sha256 were left out when unset).
+KEY_VERSION = 3
 TIE_POLICY = "expected"  # the evaluator's tie policy for every result the runner writes (PROTOCOL.md, "Rank and ties")
 
 
@@ -75,17 +76,6 @@ class Job:
         return "__".join(re.sub(r"[^A-Za-z0-9_.=+-]+", "-", part) for part in self._parts())
 
 
-# Trainer settings added after KEY_VERSION 2 enter a key only when set, so that the keys of jobs that leave them
-# unset stay as they were.
-_LATER_TRAIN_SETTINGS = ("cpu_budget_s",)
-
-
-def _train_identity(settings) -> dict:
-    values = dataclasses.asdict(settings)
-    return {name: value for name, value in values.items()
-            if not (name in _LATER_TRAIN_SETTINGS and value is None)}
-
-
 @dataclass(frozen=True)
 class PlannedJob:
     """A job resolved for one run: its settings, its protocols and the hash of the data it trains on."""
@@ -107,23 +97,16 @@ class PlannedJob:
 
     def identity(self) -> dict:
         """Everything that determines this job's result rows; the key hashes it."""
-        train = _train_identity(self.config.train) if self.trains else None
-        identity = {
+        train = dataclasses.asdict(self.config.train) if self.trains else None
+        return {
             "key_version": KEY_VERSION, "dataset": self.job.dataset, "data_sha256": self.data_sha256,
             "model": self.job.model, "hyperparameters": dataclasses.asdict(self.config.model),
             "train_settings": train, "task": self.job.task, "protocols": sorted(self.protocols),
             "tie_policy": TIE_POLICY, "metrics": list(DEFAULT_METRICS), "seed": self.job.seed,
             "profile": self.profile, "study": self.job.study, "variant": self.job.variant,
-            "sweep": self.job.sweep, **self._source_identity(),
+            "sweep": self.job.sweep, "tuned_from": self.config.tuned_from,
+            "model_source_sha256": self.model_source["sha256"] if self.model_source else None,
         }
-        if self.config.tuned_from:  # a label the rows carry, like the study's (absent: the keys of untuned jobs stay)
-            identity["tuned_from"] = self.config.tuned_from
-        return identity
-
-    def _source_identity(self) -> dict:
-        """The source hash of a model from outside the suite (nothing for a registered model, whose keys stay
-        as they were)."""
-        return {"model_source_sha256": self.model_source["sha256"]} if self.model_source else {}
 
     @property
     def key(self) -> str:

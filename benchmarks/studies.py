@@ -7,9 +7,10 @@ Settings the paper ties to a swept value follow it; they are part of each job's 
 record (``{"param", "value", "tied"}``), so the plan and every row show them:
 
 - d (Fig. 3) and the Cloze study's d = 256: BERT4Rec's heads h = max(1, d/32) (§4.3: 32 dimensions per head, one
-  head below d = 32), and under the paper profile its dropouts those of the authors' ``bert_config_<data>_<d>.json``
-  where they differ from the d = 64 file (:data:`AUTHORS_DROPOUTS`). SASRec keeps its authors' single head. The
-  FFN's inner size follows d in the model code (BERT4Rec 4d, eq. 3; SASRec d, as its authors' code).
+  head below d = 32), and under the paper and converge profiles its dropouts and FFN size those of the authors'
+  ``bert_config_<data>_<d>.json`` where they differ from the d = 64 file (:data:`AUTHORS_CONFIGS`). SASRec keeps
+  its authors' single head. Otherwise the FFN's inner size follows d in the model code (BERT4Rec 4d, eq. 3;
+  SASRec d, as its authors' code).
 - ρ (Fig. 4) and N (Table 4): BERT4Rec's cap on masked items per sequence is ⌈ρ·N⌉, so that its Cloze copies mask
   ρ of their items (§4.6: ρ = 0.6 on ML-1m predicts about 98 items per sequence); outside a sweep the authors'
   cap stays (40 on ML-1m). The 1-mask variants mask one item whatever ρ and keep theirs.
@@ -73,10 +74,12 @@ PARAM_ALIASES = {"d": "hidden", "rho": "mask_proportion", "ρ": "mask_proportion
 # Fig. 3's models, the paper's neural sequential models; the other sweeps are BERT4Rec's.
 SWEEP_MODELS = {"hidden": ["gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]}
 # The authors' bert_config_<data>_<d>.json where it differs from bert_config_<data>_64.json (bert4rec.toml):
-# hidden_dropout_prob and attention_probs_dropout_prob. Beauty and ML-20m use the same dropouts at every d.
-AUTHORS_DROPOUTS = {
+# hidden_dropout_prob, attention_probs_dropout_prob and intermediate_size. Beauty and ML-20m use the same dropouts
+# at every d.
+AUTHORS_CONFIGS = {
     ("ml-1m", 128): {"dropout": 0.5},  # bert_config_ml-1m_128.json: hidden 0.5, attention 0.2
-    ("ml-1m", 256): {"dropout": 0.5},  # bert_config_ml-1m_256.json: hidden 0.5, attention 0.2
+    ("ml-1m", 256): {"dropout": 0.5, "ffn_inner": 512},  # bert_config_ml-1m_256.json: hidden 0.5, attention 0.2,
+    # intermediate_size 512 (every other authors' configuration has 4d)
     ("steam", 256): {"dropout": 0.2, "attention_dropout": 0.2},  # bert_config_steam_256.json
 }
 
@@ -136,8 +139,8 @@ def tied_settings(model: str, dataset: str, profile: str, changes: dict, overrid
     if isinstance(changes.get("hidden"), int) and is_bert4rec:  # another type fails in the plan, one line
         if "heads" not in named:
             tied["heads"] = heads_for(changes["hidden"])
-        if profile == "paper":
-            tied.update(AUTHORS_DROPOUTS.get((dataset, changes["hidden"]), {}))
+        if profile != "smoke":
+            tied.update(AUTHORS_CONFIGS.get((dataset, changes["hidden"]), {}))
     if {"mask_proportion", "max_len"} & set(changes) and cloze_cap_follows(model):
         config = resolve(model, dataset, profile, (*overrides, *as_overrides(changes))).model
         tied["max_predictions"] = cloze_cap(config.mask_proportion, config.max_len)

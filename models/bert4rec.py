@@ -7,8 +7,8 @@ Transformer", CIKM 2019). Where the paper is silent, ``--profile paper`` builds 
   LayerNorm and dropout. Item ids 1..n, 0 = padding, [MASK] = n + 1. Positions (``positions``): ``"start"``, the
   official code's: it pads on the right, so a window's first item gets p_0 and the [MASK] appended at inference
   after n items gets p_n; ``"end"``: the last column gets p_{N−1}, as SASRec's code.
-- §3.3 Transformer layer (eq. 1–5): L bidirectional blocks, h heads, PFFN with GELU and inner size 4d,
-  post-LN: LN(x + Dropout(sublayer(x))); LayerNorm ε 1e-12 as TF's ``layer_norm`` (``layer_norm_eps``).
+- §3.3 Transformer layer (eq. 1–5): L bidirectional blocks, h heads, PFFN with GELU and inner size 4d (§3.3;
+  ``ffn_inner`` sets another, as the authors' ``bert_config_ml-1m_256.json`` has 512 = 2d), post-LN: LN(x + Dropout(sublayer(x))); LayerNorm ε 1e-12 as TF's ``layer_norm`` (``layer_norm_eps``).
 - §3.5 Output layer (eq. 7): P(v) = softmax(GELU(h_t W^P + b^P) Eᵀ + b^O), with the shared item embedding E
   and a bias per item; the official ``run.py`` adds a LayerNorm after the GELU (``head_norm``). The training
   softmax runs over every row of the official vocabulary (``softmax_classes="vocabulary"``: the padding id 0, the
@@ -51,6 +51,7 @@ class BERT4RecConfig:
     hidden: int = 64  # d
     layers: int = 2  # L
     heads: int = 2  # h
+    ffn_inner: int | None = None  # inner size of the PFFN; none: 4d (§3.3)
     dropout: float = 0.1  # hidden dropout: embeddings and sub-layer outputs
     attention_dropout: float = 0.1  # on the attention probabilities
     mask_proportion: float = 0.2  # ρ
@@ -76,6 +77,7 @@ class BERT4RecConfig:
         require(self, self.max_len >= 2, "max_len", "be >= 2 (at least one item and the [MASK])")
         require(self, 0.0 < self.mask_proportion <= 1.0, "mask_proportion", "be in (0, 1]")
         require(self, self.max_predictions >= 1, "max_predictions", "be >= 1")
+        require(self, self.ffn_inner is None or self.ffn_inner >= 1, "ffn_inner", "be >= 1, or none (4·hidden)")
         require(self, 0.0 <= self.mask_token_prob <= 1.0, "mask_token_prob", "be in [0, 1]")
         require(self, self.dupe_factor >= 0, "dupe_factor", "be >= 0")
         require(self, self.dupe_factor > 0 or self.mask_last, "mask_last",
@@ -97,8 +99,8 @@ class BERT4Rec(NeuralRecommender):
         vocabulary = n_items + 1 + (SPECIAL_TOKENS if c.softmax_classes == "vocabulary" else 1)  # + [MASK] at least
         self.encoder = PackedSequenceEncoder(EncoderConfig(
             vocab_size=vocabulary, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
-            ffn_inner=4 * c.hidden, activation="gelu", dropout=c.dropout, attention_dropout=c.attention_dropout,
-            causal=False, block="post-ln", positions=c.positions, embedding_norm=True,
+            ffn_inner=c.ffn_inner or 4 * c.hidden, activation="gelu", dropout=c.dropout,
+            attention_dropout=c.attention_dropout, causal=False, block="post-ln", positions=c.positions, embedding_norm=True,
             token_type=c.token_type_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
             use_layernorm=c.use_layernorm, use_residual=c.use_residual, layer_norm_eps=c.layer_norm_eps,
             init_std=c.init_std))

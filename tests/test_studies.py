@@ -87,9 +87,12 @@ def test_the_d_sweep_runs_figure_3s_models_with_heads_by_the_papers_rule():
     assert [job.sweep["tied"]["heads"] for job in bert] == [1, 1, 2, 4, 8]  # recorded in every row
     assert "heads=8" in bert[-1].overrides  # and part of the job, so the plan shows it
     assert [c.heads for c in configs([job for job in jobs if job.model == "sasrec"])] == [1] * 5
-    for config in built:  # the FFN stays 4d (eq. 3) in the model code; SASRec's stays d (its authors' code)
-        model = model_class("bert4rec")(5, 30, config)
-        assert model.encoder.blocks[0].ffn.inner.out_features == 4 * config.hidden
+    # The FFN is 4d (eq. 3) but at ML-1m's d = 256, where the authors' bert_config_ml-1m_256.json has 512; SASRec's
+    # stays d (its authors' code)
+    inner = [model_class("bert4rec")(5, 30, config).encoder.blocks[0].ffn.inner.out_features for config in built]
+    assert inner == [64, 128, 256, 512, 512]
+    beauty = configs([job for job in sensitivity_jobs(["beauty"], ["bert4rec"], "d")])
+    assert model_class("bert4rec")(5, 30, beauty[-1]).encoder.blocks[0].ffn.inner.out_features == 1024
     sasrec = configs([job for job in jobs if job.model == "sasrec"])[-1]
     assert model_class("sasrec")(5, 30, sasrec).encoder.blocks[0].ffn.inner.out_features == 256
 
