@@ -20,7 +20,7 @@ DEFAULT_RELEVANCE_MODELS = ("pop", "bprmf", "lstm-rel", "bert4rec-rel")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from recbench.benchmarks.cli import add_run_options
+    from recbench.benchmarks.commands.cli import add_run_options
     from recbench.benchmarks.config import PROFILES
     from recbench.benchmarks.evaluator import PROTOCOLS
     from recbench.benchmarks.jobs import TASKS
@@ -116,7 +116,7 @@ def _check_data_and_models(parser: argparse.ArgumentParser, args: argparse.Names
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.cli import guard, run_grid, run_options
+    from recbench.benchmarks.commands.cli import guard, run_grid, run_options
     from recbench.benchmarks.jobs import Job
     from recbench.reports.console import main_tables
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recbench.benchmarks import check_model as battery
-from recbench.benchmarks.check_model import FAILED, ModelCheckError, check_model
+from recbench.benchmarks.commands.check_model import FAILED, ModelCheckError, check_model
 from recbench.benchmarks.config import resolve
 from recbench.datasets import PAPER_DATASETS
 from recbench.datasets.sequences import LeaveOneOutSplit

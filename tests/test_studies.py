@@ -7,12 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from recbench.benchmarks.config import resolve
-from recbench.benchmarks.estimate import Estimate, duration, estimate_jobs, planned_steps
-from recbench.benchmarks.grid import run_jobs
-from recbench.benchmarks.options import RunOptions
-from recbench.benchmarks.planner import plan_grid
-from recbench.benchmarks.studies import (
+from recbench.benchmarks.commands.studies import (
     ABLATIONS,
     ablation_jobs,
     build_jobs,
@@ -24,6 +19,11 @@ from recbench.benchmarks.studies import (
     study_table,
     sweep_values,
 )
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.estimate import Estimate, duration, estimate_jobs, planned_steps
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit

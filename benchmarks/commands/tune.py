@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from recbench.benchmarks.cli import add_run_options
+    from recbench.benchmarks.commands.cli import add_run_options
     from recbench.benchmarks.config import PROFILES
     from recbench.benchmarks.evaluator import PROTOCOLS
     from recbench.benchmarks.tuning import PRUNERS, SAMPLERS
@@ -112,7 +112,7 @@ def dry_run(pairs: list, options, settings) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.cli import EXIT_INTERRUPTED, guard, run_options
+    from recbench.benchmarks.commands.cli import EXIT_INTERRUPTED, guard, run_options
     from recbench.benchmarks.jobs import GridInterrupted
     from recbench.benchmarks.tuning import run_search
 
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
 
 def finish(args: argparse.Namespace, result) -> int:
     """The final runs' table and the report; exit 1 when a final run failed."""
-    from recbench.benchmarks.cli import EXIT_FAILED_JOBS
+    from recbench.benchmarks.commands.cli import EXIT_FAILED_JOBS
     from recbench.reports import generate_report
     from recbench.reports.tuning import tuning_console
 

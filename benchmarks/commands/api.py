@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from recbench.benchmarks.check_model import ModelCheckError, check_model
+from recbench.benchmarks.commands.check_model import ModelCheckError, check_model
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.jobs import TASKS, GridError, Job
 from recbench.benchmarks.negatives import PAIRS

@@ -274,7 +274,7 @@ def plan_lines(planned: list, estimates: dict | None = None) -> list[str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from recbench.benchmarks.cli import add_run_options
+    from recbench.benchmarks.commands.cli import add_run_options
     from recbench.benchmarks.config import PROFILES
     from recbench.benchmarks.evaluator import PROTOCOLS
 
@@ -329,7 +329,7 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.cli import guard, run_grid, run_options
+    from recbench.benchmarks.commands.cli import guard, run_grid, run_options
 
     def run() -> int:
         from recbench.benchmarks.estimate import estimate_jobs
