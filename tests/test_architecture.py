@@ -13,7 +13,8 @@ PACKAGES = ("datasets", "models", "benchmarks", "reports")
 # Modules a user runs (command lines, the Python API): they may import every layer.
 ENTRY_POINTS = {"run_all", "recbench.benchmarks.commands.cli", "recbench.benchmarks.commands.studies",
                 "recbench.benchmarks.commands.check_model", "recbench.benchmarks.commands.api",
-                "recbench.benchmarks.commands.tune"}
+                "recbench.benchmarks.commands.tune", "recbench.benchmarks.tune", "recbench.benchmarks.studies",
+                "recbench.benchmarks.check_model", "recbench.benchmarks.api"}
 EXPERIMENTS = "recbench.benchmarks.experiments"
 # What reports may take from the harness: the metrics from rank counts, and the atomic writes of the store.
 REPORTS_MAY_IMPORT = {"recbench.benchmarks.metrics", "recbench.benchmarks.store"}
