@@ -15,9 +15,9 @@ import run_all
 from recbench.benchmarks import tune, worker
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
-from recbench.benchmarks.search import declared_space, toml_value
 from recbench.benchmarks.trainer import TrainSettings, Validation
-from recbench.benchmarks.tuning import TrialReporter, open_storage
+from recbench.benchmarks.tuning.space import declared_space, toml_value
+from recbench.benchmarks.tuning.study import TrialReporter, open_storage
 from recbench.reports import generate_report
 from tests.helpers import ROOT, dask_cluster, wait_for
 

@@ -36,8 +36,8 @@ import numpy as np
 from recbench.benchmarks.config import check_overrides, parse_override, resolve
 from recbench.benchmarks.estimate import duration
 from recbench.benchmarks.jobs import Job
-from recbench.benchmarks.search import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.benchmarks.trainer import TrainSettings
+from recbench.benchmarks.tuning.space import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.models import model_class
 from recbench.models.base import show
 from recbench.models.bert4rec import BERT4RecConfig

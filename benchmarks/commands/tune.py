@@ -20,7 +20,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from recbench.benchmarks.commands.cli import add_run_options
     from recbench.benchmarks.config import PROFILES
     from recbench.benchmarks.evaluator import PROTOCOLS
-    from recbench.benchmarks.tuning import PRUNERS, SAMPLERS
+    from recbench.benchmarks.tuning.study import PRUNERS, SAMPLERS
     from recbench.datasets import DATASET_NAMES
     from recbench.datasets.errors import unknown
     from recbench.models import model_class, model_names
@@ -80,8 +80,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def search_settings(args: argparse.Namespace):
-    from recbench.benchmarks.search import toml_value
-    from recbench.benchmarks.tuning import BUDGETS, SearchSettings
+    from recbench.benchmarks.tuning.space import toml_value
+    from recbench.benchmarks.tuning.study import BUDGETS, SearchSettings
 
     given = {"epochs": args.budget_epochs, "steps": args.budget_steps, "cpu": args.budget_cpu}
     budget = tuple(f"{BUDGETS[name]}={toml_value(value)}" for name, value in given.items() if value is not None)
@@ -95,7 +95,7 @@ def search_settings(args: argparse.Namespace):
 
 def dry_run(pairs: list, options, settings) -> int:
     """Check everything and print each study's space, budget and objective; no trial runs."""
-    from recbench.benchmarks.tuning import check_search
+    from recbench.benchmarks.tuning.study import check_search
 
     _, _, spaces = check_search(pairs, options, settings)
     budget = " ".join(settings.budget) or "the profile's own"
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from recbench.benchmarks.commands.cli import EXIT_INTERRUPTED, guard, run_options
     from recbench.benchmarks.jobs import GridInterrupted
-    from recbench.benchmarks.tuning import run_search
+    from recbench.benchmarks.tuning.study import run_search
 
     def run() -> int:
         pairs = [(dataset, model) for dataset in args.datasets for model in args.models]

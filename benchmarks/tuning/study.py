@@ -36,8 +36,8 @@ from recbench.benchmarks.jobs import GridError, GridInterrupted, Job, PlannedJob
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid, prepare_negatives, selection_metric
 from recbench.benchmarks.provenance import git_commit
-from recbench.benchmarks.search import Space, declared_space, space_problems, spec_problems, toml_value
 from recbench.benchmarks.store import write_atomic, write_json
+from recbench.benchmarks.tuning.space import Space, declared_space, space_problems, spec_problems, toml_value
 from recbench.benchmarks.worker import JobOutcome, JobPayload
 from recbench.datasets import resolve_cache_dir
 from recbench.models import model_class, model_names
