@@ -71,10 +71,10 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     sources = {job.job.model: job.model_source for job in planned if job.model_source}
     executor = Executor(options, log, sources=sources)
     clock = Progress(planned, pending, executor.parallelism, log)
-    payloads = [JobPayload(job, options.device, executor.threads_per_job, str(cache / "negatives"),
-                           str(store.folder / "checkpoints" / f"{job.file_stem}.pt"), options.resume,
-                           options.keep_checkpoints, executor.worker_progress, invocation["commit"],
-                           compile=options.compile)
+    payloads = [JobPayload(planned=job, device=options.device, threads=executor.threads_per_job,
+                           negatives_dir=str(cache / "negatives"), checkpoint=str(store.checkpoint(job.file_stem)),
+                           resume=options.resume, keep_weights=options.keep_checkpoints,
+                           progress=executor.worker_progress, commit=invocation["commit"], compile=options.compile)
                 for job in pending]
     try:
         for outcome in executor.run(payloads, datasets, clock.started):
@@ -125,7 +125,7 @@ def _record(outcome: JobOutcome, store: ResultStore, result: GridResult) -> None
     if outcome.status == "finished":
         store.commit(outcome.key, outcome.rows, outcome.files)
         job = next(job for job in result.planned if job.key == outcome.key)
-        (store.folder / "checkpoints" / f"{job.file_stem}.pt").unlink(missing_ok=True)
+        store.checkpoint(job.file_stem).unlink(missing_ok=True)
         result.finished.append(outcome)
     else:
         store.record_failure(outcome)

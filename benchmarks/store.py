@@ -11,6 +11,9 @@
   planned job with its key, and at the end what became of them.
 - ``config.json``: every job ever planned into the folder, by key, with its resolved settings (accumulated,
   never losing earlier jobs), and the latest invocation's options.
+- ``checkpoints/``: the resumable training state of each job while it runs, named by the job's file stem.
+- ``tuning.json``: the studies of ``python -m benchmarks.tune`` (:data:`TUNING_FILE`), whose jobs are labelled by
+  :data:`TUNING_STUDY` and its variants; the report reads them by the same names.
 
 Every change re-reads the files under an exclusive lock (``results.jsonl.lock``), so that runs sharing a folder
 (two processes, or a rerun beside a running job) keep each other's rows.
@@ -27,6 +30,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+# The tuning results of a folder, as the search writes them and the report reads them.
+TUNING_FILE = "tuning.json"  # every study: its trials, the best one, each parameter's importance
+TUNING_STUDY = "tuning"  # the study label of a search's jobs; their variants: a trial, and the final runs of the
+TRIAL, TUNED, DEFAULT = "trial", "tuned", "default"  # chosen settings and of the model's own
 
 
 def now() -> str:
@@ -70,6 +78,24 @@ def write_json(path: Path, payload) -> None:
     write_atomic(path, json.dumps(payload, indent=2, default=str) + "\n")
 
 
+def read_tuning_studies(folder: Path) -> list[dict]:
+    """The studies of a folder's ``tuning.json`` (none when the folder holds no search)."""
+    path = Path(folder) / TUNING_FILE
+    if not path.is_file():
+        return []
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8")).get("studies", []))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg})") from None
+
+
+def record_tuning_studies(folder: Path, studies: list[dict]) -> None:
+    """``tuning.json`` with ``studies`` in place of the earlier studies of the same names (the others kept)."""
+    known = {study["study"]: study for study in read_tuning_studies(folder)}
+    known.update({study["study"]: study for study in studies})
+    write_json(Path(folder) / TUNING_FILE, {"studies": list(known.values())})
+
+
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
@@ -97,6 +123,10 @@ class ResultStore:
     @property
     def rows(self) -> list[dict]:
         return read_results(self.path)
+
+    def checkpoint(self, file_stem: str) -> Path:
+        """Where the job with this file stem keeps its resumable training state while it runs."""
+        return self.folder / "checkpoints" / f"{file_stem}.pt"
 
     def done(self, key: str, protocols) -> bool:
         """Whether every protocol's row of the job with this key is in ``results.jsonl``."""

@@ -44,10 +44,10 @@ from recbench.models.relevance import RelevanceModel
 SCHEMA_VERSION = 1  # of a result row (results/README.md); rows only ever gain fields within a version
 
 
-@dataclass
+@dataclass(kw_only=True)
 class JobPayload:
     """Everything a worker needs to run one job, apart from the dataset (passed beside it, so that joblib and
-    Dask send each dataset once)."""
+    Dask send each dataset once). Built by name only: its flags are easily swapped by position."""
 
     planned: PlannedJob
     device: str  # "auto", "cpu", "cuda", "cuda:N"

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from recbench.benchmarks.store import write_atomic
+from recbench.benchmarks.store import read_tuning_studies, write_atomic
 from recbench.reports import figures, names, tables, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
@@ -177,7 +177,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
                     figures.quality_time_figures(results, figure_dir),
                     figures.attention_figures(results, figure_dir, user=user),
                     figures.bar_figures(results, figure_dir, present),
-                    figures.tuning_figures(tuning.load_studies(results_dir), figure_dir)]
+                    figures.tuning_figures(read_tuning_studies(results_dir), figure_dir)]
     drawn = [f for outcome in outcomes for f in outcome.figures]
     notes += [note for outcome in outcomes for note in outcome.notes]
 

@@ -14,8 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recbench.benchmarks.store import TUNING_STUDY
+
 SCHEMA_VERSION = 1
-STUDIES = ("main", "ablation", "sensitivity", "cloze", "tuning")  # tuning: the final runs of benchmarks.tune
+STUDIES = ("main", "ablation", "sensitivity", "cloze", TUNING_STUDY)  # tuning: the final runs of benchmarks.tune
 TASKS = ("next-item", "relevance")
 SMOKE = "smoke"  # the profile whose results only check an installation
 SMOKE_LABEL = "smoke profile: installation check, not the paper's settings"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from recbench.benchmarks.store import DEFAULT, TUNED, TUNING_STUDY, read_results, read_tuning_studies
 from recbench.reports import names
 from recbench.reports.render import Cell, Table, fmt
 from recbench.reports.results import ResultSet
@@ -23,35 +24,9 @@ from recbench.reports.tables import (
     value_cell,
 )
 
-TUNING_FILE = "tuning.json"
-STUDY = "tuning"  # the study label of the final runs; their variants:
-DEFAULT, TUNED = "default", "tuned"
-
-
-def load_studies(folder: Path) -> list[dict]:
-    """The studies of ``tuning.json`` (none when the folder holds no search)."""
-    path = Path(folder) / TUNING_FILE
-    if not path.is_file():
-        return []
-    try:
-        return list(json.loads(path.read_text(encoding="utf-8")).get("studies", []))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg})") from None
-
 
 def _count(study: dict, state: str) -> int:
     return sum(trial["state"] == state for trial in study["trials"])
-
-
-def best_so_far(study: dict) -> list[tuple[int, float]]:
-    """(trial number, best value among finished trials up to it), from the first finished trial on."""
-    points, best = [], None
-    for trial in sorted(study["trials"], key=lambda t: t["number"]):
-        if trial["state"] == "complete" and trial["value"] is not None:
-            best = trial["value"] if best is None else max(best, trial["value"])
-        if best is not None:
-            points.append((trial["number"], best))
-    return points
 
 
 def studies_table(studies: list[dict]) -> Table | None:
@@ -104,7 +79,7 @@ def importance_table(studies: list[dict]) -> Table | None:
 def default_vs_tuned_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: float = 0.01) -> Table | None:
     """The final runs on the test split: the default and the chosen settings of each (dataset, model), per metric,
     with the relative change and paired significance marks, Holm-corrected over the table's comparisons."""
-    rows = results.select(study=STUDY, task=RANKING, protocol=protocol, variant=(DEFAULT, TUNED))
+    rows = results.select(study=TUNING_STUDY, task=RANKING, protocol=protocol, variant=(DEFAULT, TUNED))
     if not rows:
         return None
     by_key = group(rows, "dataset", "model", "variant")
@@ -141,7 +116,7 @@ def default_vs_tuned_table(results: ResultSet, protocol: str, per_user: PerUser,
 
 
 def tuning_tables(results: ResultSet, protocols: list[str], per_user: PerUser, alpha: float) -> list[Table]:
-    studies = load_studies(results.folder)
+    studies = read_tuning_studies(results.folder)
     built = [studies_table(studies), importance_table(studies)]
     built += [default_vs_tuned_table(results, protocol, per_user, alpha) for protocol in protocols]
     return [table for table in built if table is not None]
@@ -151,14 +126,13 @@ def tuning_console(folder: Path) -> str:
     """A short text for the end of ``python -m benchmarks.tune``: each study's best, and the final runs' NDCG@10
     by protocol (default → tuned)."""
     lines = []
-    for study in load_studies(folder):
+    for study in read_tuning_studies(folder):
         best = study.get("best") or {}
         lines.append(f"{study['study']}: best {study['objective']} {fmt(best.get('value'))} (trial "
                      f"{best.get('number', '–')}; {_count(study, 'complete')} finished, {_count(study, 'pruned')} "
                      f"pruned, {_count(study, 'fail')} failed; {study['cpu_seconds']:.0f} CPU-s)")
-    path = Path(folder) / "results.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    finals = [r for r in rows if r.get("study") == STUDY and r.get("variant") in (DEFAULT, TUNED)]
+    rows = read_results(Path(folder) / "results.jsonl")
+    finals = [r for r in rows if r.get("study") == TUNING_STUDY and r.get("variant") in (DEFAULT, TUNED)]
     for dataset, model, protocol in dict.fromkeys((r["dataset"], r["model"], r["protocol"]) for r in finals):
         values = {}
         for variant in (DEFAULT, TUNED):

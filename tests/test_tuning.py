@@ -16,8 +16,8 @@ from recbench.benchmarks import tune, worker
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.trainer import TrainSettings, Validation
+from recbench.benchmarks.tuning.pruning import TrialReporter, open_storage
 from recbench.benchmarks.tuning.space import declared_space, toml_value
-from recbench.benchmarks.tuning.study import TrialReporter, open_storage
 from recbench.reports import generate_report
 from tests.helpers import ROOT, dask_cluster, wait_for
 
@@ -217,7 +217,7 @@ def test_the_trial_reporter_pickles_and_prunes_a_trial_below_the_median(tmp_path
         for epoch in (1, 2, 3):
             trial.report(value * epoch, epoch)
         made.tell(trial, value * 3)
-    good, bad = (pickle.loads(pickle.dumps(TrialReporter(url, "s", made.ask()._trial_id, "median", first_epoch=2)))
+    good, bad = (pickle.loads(pickle.dumps(TrialReporter(url, "s", made.ask().number, "median", first_epoch=2)))
                  for _ in range(2))
 
     def shown(epoch, value):

@@ -1,5 +1,5 @@
 """Tune models on the validation split as the paper did (every model "under its optimal hyper-parameter settings",
-BERT4Rec §4.3), then test the chosen settings once against the defaults. See benchmarks/tuning.py for how.
+BERT4Rec §4.3), then test the chosen settings once against the defaults. See benchmarks/tuning/ for how.
 
     python -m benchmarks.tune --datasets ml-1m --models sasrec bprmf --trials 40 --jobs 2
     python -m benchmarks.tune --datasets synthetic --models bprmf --trials 3 --output DIR   # seconds; then --resume
@@ -15,22 +15,45 @@ import argparse
 import sys
 from pathlib import Path
 
+from recbench.benchmarks.commands.cli import EXIT_FAILED_JOBS, EXIT_INTERRUPTED, add_run_options, guard, run_options
+from recbench.benchmarks.config import PROFILES
+from recbench.benchmarks.evaluator import PROTOCOLS
+from recbench.benchmarks.jobs import GridInterrupted
+from recbench.benchmarks.tuning.space import toml_value
+from recbench.benchmarks.tuning.study import BUDGETS, PRUNERS, SAMPLERS, SearchSettings, check_search, run_search
+from recbench.datasets import DATASET_NAMES
+from recbench.datasets.errors import unknown
+from recbench.models import model_class, model_names
+from recbench.reports import generate_report
+from recbench.reports.tuning import tuning_console
+
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from recbench.benchmarks.commands.cli import add_run_options
-    from recbench.benchmarks.config import PROFILES
-    from recbench.benchmarks.evaluator import PROTOCOLS
-    from recbench.benchmarks.tuning.study import PRUNERS, SAMPLERS
-    from recbench.datasets import DATASET_NAMES
-    from recbench.datasets.errors import unknown
-    from recbench.models import model_class, model_names
-
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["synthetic"], metavar="NAME",
                         help=f"datasets (default: synthetic); one of: {', '.join(DATASET_NAMES)}")
     parser.add_argument("--models", nargs="+", required=True, metavar="NAME",
                         help=f"one of: {', '.join(model_names())}")
+    _add_search_options(parser)
+    add_run_options(parser)
+    args = parser.parse_args(argv)
+    for name in args.datasets:
+        if name not in DATASET_NAMES:
+            parser.error(str(unknown("dataset", name, DATASET_NAMES)))
+    for name in args.models:
+        try:
+            model_class(name)  # a registered name, or whatever else the registry resolves
+        except ValueError as error:
+            parser.error(str(error))
+    if args.output is None:
+        args.output = str(Path("results") / f"tune-{'-'.join(args.datasets)}-{args.profile}")
+    return args
+
+
+def _add_search_options(parser: argparse.ArgumentParser) -> None:
+    """What the search does: trials, sampler and pruner, spaces, the per-trial budget, the objective, the final
+    runs and the studies' database."""
     parser.add_argument("--trials", type=int, default=None, metavar="N",
                         help="trials per (dataset, model), finished or pruned (default: 20; the grid sampler: every "
                              "point of the grid)")
@@ -64,25 +87,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "RDB URL that every one reaches, e.g. postgresql://user:password@host/db")
     parser.add_argument("--study-prefix", default="tune", help="studies are named PREFIX-DATASET-MODEL")
     parser.add_argument("--no-final", action="store_true", help="stop after the search (no test runs)")
-    add_run_options(parser)
-    args = parser.parse_args(argv)
-    for name in args.datasets:
-        if name not in DATASET_NAMES:
-            parser.error(str(unknown("dataset", name, DATASET_NAMES)))
-    for name in args.models:
-        try:
-            model_class(name)  # a registered name, or whatever else the registry resolves
-        except ValueError as error:
-            parser.error(str(error))
-    if args.output is None:
-        args.output = str(Path("results") / f"tune-{'-'.join(args.datasets)}-{args.profile}")
-    return args
 
 
-def search_settings(args: argparse.Namespace):
-    from recbench.benchmarks.tuning.space import toml_value
-    from recbench.benchmarks.tuning.study import BUDGETS, SearchSettings
-
+def search_settings(args: argparse.Namespace) -> SearchSettings:
     given = {"epochs": args.budget_epochs, "steps": args.budget_steps, "cpu": args.budget_cpu}
     budget = tuple(f"{BUDGETS[name]}={toml_value(value)}" for name, value in given.items() if value is not None)
     objective = tuple(f"{name}={toml_value(value)}" for name, value in
@@ -95,8 +102,6 @@ def search_settings(args: argparse.Namespace):
 
 def dry_run(pairs: list, options, settings) -> int:
     """Check everything and print each study's space, budget and objective; no trial runs."""
-    from recbench.benchmarks.tuning.study import check_search
-
     _, _, spaces = check_search(pairs, options, settings)
     budget = " ".join(settings.budget) or "the profile's own"
     for (dataset, model), space in spaces.items():
@@ -112,9 +117,6 @@ def dry_run(pairs: list, options, settings) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.commands.cli import EXIT_INTERRUPTED, guard, run_options
-    from recbench.benchmarks.jobs import GridInterrupted
-    from recbench.benchmarks.tuning.study import run_search
 
     def run() -> int:
         pairs = [(dataset, model) for dataset in args.datasets for model in args.models]
@@ -136,10 +138,6 @@ def main(argv=None) -> int:
 
 def finish(args: argparse.Namespace, result) -> int:
     """The final runs' table and the report; exit 1 when a final run failed."""
-    from recbench.benchmarks.commands.cli import EXIT_FAILED_JOBS
-    from recbench.reports import generate_report
-    from recbench.reports.tuning import tuning_console
-
     output = Path(args.output)
     text = tuning_console(output)
     if text:
