@@ -36,7 +36,7 @@ from pathlib import Path
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.datasets.errors import unknown
 from recbench.models import is_registered, model_class, model_origin, short_name
-from recbench.models.base import setting_error
+from recbench.models.base import setting_error, show
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 # "paper": the authors' settings and schedule, as written in [model] and [train]. "converge": the same models and
@@ -77,6 +77,18 @@ def parse_override(text: str) -> tuple[str | None, str, object]:
     except tomllib.TOMLDecodeError:
         value = raw
     return (model or None), field.strip(), value
+
+
+def toml_value(value) -> str:
+    """``value`` as TOML text (``--set``, ``--space`` and the tuned config file): ``none`` for None (the suite's
+    way to unset an optional field), lists for tuples."""
+    if value is None:
+        return '"none"'
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return show(value)
 
 
 def read_toml(path: Path) -> dict:

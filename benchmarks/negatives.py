@@ -12,10 +12,12 @@ rows still short of ``n`` negatives are drawn again.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
+from recbench.benchmarks.store import write_atomic
 from recbench.datasets.errors import unknown
 from recbench.datasets.progress import progress_bar
 from recbench.datasets.sequences import SequenceData
@@ -107,8 +109,7 @@ def load_or_sample(data: SequenceData, split: str, protocol: str, seed: int, cac
     negatives = sample_negatives(data, weights, n, rng, progress=progress,
                                  desc=f"{data.name}: sampling {protocol} {split} negatives")
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.npy")
-        np.save(tmp, negatives)
-        tmp.replace(path)
+        buffer = io.BytesIO()
+        np.save(buffer, negatives)
+        write_atomic(path, buffer.getvalue())
     return negatives

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import math
 import sys
 import time
@@ -34,6 +35,7 @@ from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.metrics import check_metric_name
 from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
 from recbench.benchmarks.relevance import SELECTION_METRICS
+from recbench.benchmarks.store import write_atomic
 from recbench.datasets.errors import unknown
 from recbench.datasets.sequences import Histories
 from recbench.models.base import (
@@ -367,14 +369,12 @@ class Trainer:
     def _save(self, session: _Session, state: TrainState) -> None:
         if self.run.checkpoint is None:
             return
-        path = Path(self.run.checkpoint)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        buffer = io.BytesIO()
         torch.save({"version": CHECKPOINT_VERSION, "model": session.model.state_dict(),
                     "optimizer": session.optimizer.state_dict(), "schedule": session.schedule.state_dict(),
                     "generator": session.generator.get_state(), "generator_device": session.generator.device.type,
-                    "state": dict(vars(state))}, tmp)
-        tmp.replace(path)
+                    "state": dict(vars(state))}, buffer)
+        write_atomic(Path(self.run.checkpoint), buffer.getvalue())
 
     def _report(self, session: _Session, state: TrainState, validate: Validator | None,
                 resumed_from: int | None) -> FitReport:

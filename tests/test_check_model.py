@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recbench.benchmarks import check_model as battery
+from recbench.benchmarks.commands import check_model as battery
 from recbench.benchmarks.commands.check_model import FAILED, ModelCheckError, check_model
 from recbench.benchmarks.config import resolve
 from recbench.datasets import PAPER_DATASETS

@@ -13,11 +13,11 @@ import pytest
 
 import run_all
 from recbench.benchmarks import tune, worker
-from recbench.benchmarks.config import resolve
+from recbench.benchmarks.config import resolve, toml_value
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.trainer import TrainSettings, Validation
 from recbench.benchmarks.tuning.pruning import TrialReporter, open_storage
-from recbench.benchmarks.tuning.space import declared_space, toml_value
+from recbench.benchmarks.tuning.space import declared_space
 from recbench.reports import generate_report
 from tests.helpers import ROOT, dask_cluster, wait_for
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import json
 import sys
 import tempfile
 import typing
@@ -48,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from recbench.benchmarks.config import ConfigError, ResolvedConfig, check_overrides, resolve
+from recbench.benchmarks.config import ConfigError, ResolvedConfig, check_overrides, resolve, toml_value
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.relevance import RelevanceEvaluator, calibrate
 from recbench.benchmarks.trainer import TrainRun, fit_model
@@ -253,7 +252,7 @@ def _check_settings(bench: _Bench) -> str | None:
     name, problems = bench.name, []
     hints = typing.get_type_hints(bench.cls.Config)
     for item in dataclasses.fields(bench.cls.Config):
-        text = f"{name}:{item.name}={_as_toml(getattr(bench.config.model, item.name))}"
+        text = f"{name}:{item.name}={toml_value(getattr(bench.config.model, item.name))}"
         try:
             check_overrides([text], [name])
             resolve(name, "synthetic", "smoke", [text])
@@ -274,15 +273,6 @@ def _check_settings(bench: _Bench) -> str | None:
             if "\n" in str(error) or ("must" not in str(error) and "unknown field" not in str(error)):
                 problems.append(f"--set {text} gave {error!r}, not the suite's one-line error")
     return "; ".join(problems) or None
-
-
-def _as_toml(value) -> str:
-    """A value as ``--set`` reads it (TOML; ``none`` unsets an optional field)."""
-    if value is None:
-        return "none"
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_as_toml(v) for v in value) + "]"
-    return json.dumps(value)
 
 
 def _check_test_item(bench: _Bench) -> str | None:

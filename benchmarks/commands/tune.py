@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 
 from recbench.benchmarks.commands.cli import EXIT_FAILED_JOBS, EXIT_INTERRUPTED, add_run_options, guard, run_options
-from recbench.benchmarks.config import PROFILES
+from recbench.benchmarks.config import PROFILES, toml_value
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import GridInterrupted
-from recbench.benchmarks.tuning.space import toml_value
 from recbench.benchmarks.tuning.study import BUDGETS, PRUNERS, SAMPLERS, SearchSettings, check_search, run_search
 from recbench.datasets import DATASET_NAMES
 from recbench.datasets.errors import unknown

@@ -14,14 +14,13 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from recbench.benchmarks.config import resolve
+from recbench.benchmarks.config import resolve, toml_value
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import selection_metric
 from recbench.benchmarks.store import DEFAULT, TUNED, TUNING_STUDY, record_tuning_studies
 from recbench.benchmarks.tuning.pruning import shown_storage
-from recbench.benchmarks.tuning.space import toml_value
 
 
 @dataclass

@@ -21,7 +21,15 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from recbench.benchmarks.config import ConfigError, ResolvedConfig, fields_of, model_tables, parse_override, resolve
+from recbench.benchmarks.config import (
+    ConfigError,
+    ResolvedConfig,
+    fields_of,
+    model_tables,
+    parse_override,
+    resolve,
+    toml_value,
+)
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.datasets.errors import unknown
 from recbench.models import model_class
@@ -58,18 +66,6 @@ TIED_RULES: dict[str, tuple[tuple[str, ...], typing.Callable[[dict], object]]] =
 
 class SpaceError(ValueError):
     """A search space that cannot be searched, one line per problem."""
-
-
-def toml_value(value) -> str:
-    """``value`` as TOML text (``--set``, ``--space`` and the tuned config file): ``none`` for None (the suite's
-    way to unset an optional field), lists for tuples."""
-    if value is None:
-        return f'"{REMOVE}"'
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return show(value)
 
 
 @dataclass(frozen=True)
