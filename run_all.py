@@ -15,19 +15,21 @@ import argparse
 import sys
 from pathlib import Path
 
+from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
+from recbench.benchmarks.config import PROFILES
+from recbench.benchmarks.evaluator import PROTOCOLS
+from recbench.benchmarks.jobs import TASKS, Job
+from recbench.benchmarks.negatives import PAIRS
+from recbench.datasets import DATASET_NAMES, log_entries, log_format
+from recbench.datasets.errors import unknown
+from recbench.models import model_class, model_names
+from recbench.reports.console import main_tables
+
 DEFAULT_MODELS = ("pop", "bprmf", "sasrec", "bert4rec")
 DEFAULT_RELEVANCE_MODELS = ("pop", "bprmf", "lstm-rel", "bert4rec-rel")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from recbench.benchmarks.commands.cli import add_run_options
-    from recbench.benchmarks.config import PROFILES
-    from recbench.benchmarks.evaluator import PROTOCOLS
-    from recbench.benchmarks.jobs import TASKS
-    from recbench.benchmarks.negatives import PAIRS
-    from recbench.datasets import DATASET_NAMES
-    from recbench.datasets.errors import unknown
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="next-item", choices=TASKS,
                         help="next-item: rank the held-out item (default); relevance: judge one positive and one "
@@ -86,8 +88,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def _known_models() -> list[str]:
     """Every model name (the registered ones, then installed entry points); an entry point that collides with a
     registered name is a one-line error."""
-    from recbench.models import model_names
-
     try:
         return model_names()
     except ValueError as error:
@@ -98,9 +98,6 @@ def _known_models() -> list[str]:
 def _check_data_and_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--datasets`` as names and the logs of the user's own among them (``args.logs``); ``--models`` (their
     defaults filled in) each resolve to a model class. Any problem is a one-line usage error."""
-    from recbench.datasets import log_entries, log_format
-    from recbench.models import model_class
-
     try:
         args.datasets, args.logs = log_entries(args.datasets, log_format(args.columns, args.filters))
     except ValueError as error:
@@ -119,9 +116,6 @@ def _check_data_and_models(parser: argparse.ArgumentParser, args: argparse.Names
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.commands.cli import guard, run_grid, run_options
-    from recbench.benchmarks.jobs import Job
-    from recbench.reports.console import main_tables
 
     def table(rows: list[dict]) -> str:
         text = main_tables(rows)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import os
 from typing import Callable, Iterable, Iterator
 
@@ -57,7 +58,7 @@ class Executor:
         self.n_jobs, self.dask_scheduler, self.log = n_jobs, dask_scheduler, log
         self.client = None
         if dask_scheduler:
-            from dask.distributed import Client
+            from dask.distributed import Client  # optional: Dask is an extra (pip install -e ".[distributed]")
 
             try:
                 self.client = Client(dask_scheduler, timeout="30s")
@@ -118,8 +119,6 @@ class Executor:
 
     def _cuda_pool(self, n_jobs: int):
         """A queue shared by the workers: every visible CUDA device, each ceil(n_jobs / devices) times."""
-        import multiprocessing
-
         devices = [f"cuda:{index}" for index in range(torch.cuda.device_count())]
         self._manager = multiprocessing.Manager()
         pool = self._manager.Queue()

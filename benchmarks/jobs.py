@@ -22,6 +22,8 @@ from recbench.benchmarks.metrics import DEFAULT_METRICS
 from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.relevance import TASK as RELEVANCE
 from recbench.datasets.errors import unknown
+from recbench.models import model_class
+from recbench.models.base import NeuralRecommender
 
 TASKS = ("next-item", RELEVANCE)
 # Bump when the key's contents change, so that old keys never match new jobs. 2: the trainer's settings hold only
@@ -90,9 +92,6 @@ class PlannedJob:
     @property
     def trains(self) -> bool:
         """Whether the model has gradient training (POP has none, so trainer settings do not concern it)."""
-        from recbench.models import model_class
-        from recbench.models.base import NeuralRecommender
-
         return issubclass(model_class(self.job.model), NeuralRecommender)
 
     def identity(self) -> dict:

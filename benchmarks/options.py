@@ -58,7 +58,7 @@ class RunOptions:
                          "run at once")
         if self.dask_scheduler:
             try:
-                import dask.distributed  # noqa: F401
+                import dask.distributed  # noqa: F401  (optional: whether the extra is installed)
             except ImportError:
                 found.append('--dask-scheduler needs Dask: pip install -e ".[distributed]"')
         found += [f"--config {path}: no such file" for path in self.config_files if not path.is_file()]

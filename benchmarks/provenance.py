@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pandas
+import scipy
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,9 +37,6 @@ def checkout_commit(folder: str | Path, paths: tuple = ()) -> str | None:
 
 
 def library_versions() -> dict:
-    import pandas
-    import scipy
-
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
             "scipy": scipy.__version__, "pandas": pandas.__version__, "platform": platform.platform()}
 
@@ -76,6 +75,6 @@ class PeakMemory:
                     return int(line.split()[1]) / 1024
         except OSError:
             pass
-        import resource
+        import resource  # only where /proc is absent (macOS); Windows has no such module
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -180,7 +180,7 @@ def _import(path: str, name: str):
 
 
 def _check_model_class(cls, name: str) -> None:
-    from recbench.models.base import Recommender
+    from recbench.models.base import Recommender  # start-up time: the registry lists names without importing torch
 
     if not (isinstance(cls, type) and issubclass(cls, Recommender)):
         raise ValueError(f"model {name!r}: {cls!r} is not a model class; derive it from "

@@ -49,6 +49,9 @@ import torch
 
 from recbench.benchmarks.config import ConfigError, ResolvedConfig, check_overrides, resolve, toml_value
 from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.relevance import RelevanceEvaluator, calibrate
 from recbench.benchmarks.trainer import TrainRun, fit_model
 from recbench.datasets.sequences import PAD, LeaveOneOutSplit, SequenceData
@@ -465,10 +468,6 @@ CHECKS = (  # (name, applies to the bench, severity when it finds a problem, the
 
 def _beats_pop(name: str) -> CheckResult:
     """A smoke-profile run of the model and POP on the synthetic data, as ``run_all.py`` runs them."""
-    from recbench.benchmarks.grid import run_jobs
-    from recbench.benchmarks.jobs import Job
-    from recbench.benchmarks.options import RunOptions
-
     relevance = issubclass(model_class(name), RelevanceModel)
     task, metric = ("relevance", "AUC") if relevance else ("next-item", "NDCG@10")
     with tempfile.TemporaryDirectory() as folder:

@@ -32,10 +32,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tabulate import tabulate
 
-from recbench.benchmarks.config import check_overrides, parse_override, resolve
-from recbench.benchmarks.estimate import duration
+from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
+from recbench.benchmarks.config import PROFILES, check_overrides, parse_override, resolve
+from recbench.benchmarks.estimate import duration, estimate_jobs
+from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.benchmarks.tuning.space import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.models import model_class
@@ -227,8 +231,6 @@ def cloze_jobs(datasets, seeds=(0,), models=tuple(CLOZE_MODELS), overrides=(), p
 def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
     """Variants × (dataset, model, protocol) of ``metric`` (mean over seeds); as Table 5, a drop of more than
     10% against the ``default`` row is marked ↓."""
-    from tabulate import tabulate
-
     columns = list(dict.fromkeys((r["dataset"], r["model"], r["protocol"]) for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
 
@@ -274,10 +276,6 @@ def plan_lines(planned: list, estimates: dict | None = None) -> list[str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from recbench.benchmarks.commands.cli import add_run_options
-    from recbench.benchmarks.config import PROFILES
-    from recbench.benchmarks.evaluator import PROTOCOLS
-
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     studies = parser.add_subparsers(dest="study", required=True)
@@ -329,12 +327,8 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from recbench.benchmarks.commands.cli import guard, run_grid, run_options
 
     def run() -> int:
-        from recbench.benchmarks.estimate import estimate_jobs
-        from recbench.benchmarks.planner import plan_grid
-
         jobs = build_jobs(args)
         output = Path(args.output or Path("results") / f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}")
         print(f"{args.study}: {len(jobs)} job(s), profile {args.profile} -> {output}/")

@@ -32,7 +32,7 @@ from recbench.benchmarks.config import (
 )
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.datasets.errors import unknown
-from recbench.models import model_class
+from recbench.models import model_class, model_names
 from recbench.models.base import show
 
 RANGE_KEYS = ("low", "high", "log", "step")
@@ -154,7 +154,8 @@ class Space:
     notes: list[str] = field(default_factory=list)
 
     def distributions(self) -> dict:
-        """Optuna's distributions of the dimensions (imports Optuna)."""
+        """Optuna's distributions of the dimensions."""
+        # optional here: the studies import this module for the paper's tied rules, and a grid runs without Optuna
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
         found = {}
@@ -261,8 +262,6 @@ def spec_problems(specs, models: list[str]) -> list[str]:
 
 def _any_field() -> set[str]:
     """Every field of any registered model or the trainer (to tell a field a model lacks from a typo)."""
-    from recbench.models import model_names
-
     return set().union(*(set().union(*fields_of(name)) for name in model_names()))
 
 
