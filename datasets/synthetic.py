@@ -40,6 +40,9 @@ longest first, so the active users of a step are a prefix.
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 
 from recbench.datasets.progress import progress_bar
@@ -50,89 +53,131 @@ _CHUNK_CELLS = 1 << 26  # users per chunk x (n_items + 1) booleans: 64 MiB
 _JUMP_RETRIES = 8  # jumps tried after a repeat before falling back to uniform draws
 
 
-def generate(n_users: int, n_items: int, mean_length: float, seed: int = 0, *, min_length: int = 5,
-             max_length: int | None = None, n_successors: int = 3, follow: float = 0.8, zipf: float = 1.0,
-             n_genres: int = 10, taste: float = 0.8, length_sigma: float = 1.0,
-             name: str = "synthetic", progress: bool = False) -> SequenceData:
-    """``n_users`` sequences over items ``1..n_items``; identical for identical arguments.
+@dataclass(frozen=True)
+class GeneratorSettings:
+    """The generating process's settings (the module docstring), checked when made. ``max_length`` None is
+    ``n_items // 2`` (there must be unseen items left to draw)."""
 
-    ``max_length`` defaults to ``n_items // 2`` (there must be unseen items left to draw). With ``progress``,
-    a bar counts the users generated once generation has taken a few seconds.
+    n_users: int
+    n_items: int
+    mean_length: float
+    seed: int = 0
+    min_length: int = 5
+    max_length: int | None = None
+    n_successors: int = 3
+    follow: float = 0.8
+    zipf: float = 1.0
+    n_genres: int = 10
+    taste: float = 0.8
+    length_sigma: float = 1.0
+
+    def __post_init__(self):
+        if self.max_length is None:
+            object.__setattr__(self, "max_length", self.n_items // 2)
+        if not 3 <= self.min_length < self.mean_length <= self.max_length < self.n_items:
+            raise ValueError(f"need 3 <= min_length ({self.min_length}) < mean_length ({self.mean_length}) <= "
+                             f"max_length ({self.max_length}) < n_items ({self.n_items})")
+        if self.n_users < 1:
+            raise ValueError(f"n_users={self.n_users} must be >= 1")
+        if not 1 <= self.n_genres <= self.n_items:
+            raise ValueError(f"n_genres={self.n_genres} must be in 1..n_items ({self.n_items})")
+        if not 1 <= self.n_successors < self.n_items // self.n_genres:
+            raise ValueError(f"n_successors={self.n_successors} must be >= 1 and smaller than the smallest genre "
+                             f"({self.n_items // self.n_genres} items)")
+        for label, value in (("follow", self.follow), ("taste", self.taste)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{label}={value} must be in [0, 1]")
+
+
+def generate(n_users: int, n_items: int, mean_length: float, seed: int = 0, *, name: str = "synthetic",
+             progress: bool = False, **settings) -> SequenceData:
+    """``n_users`` sequences over items ``1..n_items``; identical for identical arguments. ``settings``: the other
+    fields of :class:`GeneratorSettings` (``min_length``, ``max_length``, ``n_successors``, ``follow``, ``zipf``,
+    ``n_genres``, ``taste``, ``length_sigma``). With ``progress``, a bar counts the users generated once generation
+    has taken a few seconds.
     """
-    max_length = n_items // 2 if max_length is None else max_length
-    if not 3 <= min_length < mean_length <= max_length < n_items:
-        raise ValueError(f"need 3 <= min_length ({min_length}) < mean_length ({mean_length}) <= max_length "
-                         f"({max_length}) < n_items ({n_items})")
-    if n_users < 1:
-        raise ValueError(f"n_users={n_users} must be >= 1")
-    if not 1 <= n_genres <= n_items:
-        raise ValueError(f"n_genres={n_genres} must be in 1..n_items ({n_items})")
-    if not 1 <= n_successors < n_items // n_genres:
-        raise ValueError(f"n_successors={n_successors} must be >= 1 and smaller than the smallest genre "
-                         f"({n_items // n_genres} items)")
-    for label, value in (("follow", follow), ("taste", taste)):
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{label}={value} must be in [0, 1]")
-    params = dict(n_users=n_users, n_items=n_items, mean_length=mean_length, seed=seed, min_length=min_length,
-                  max_length=max_length, n_successors=n_successors, follow=follow, zipf=zipf,
-                  n_genres=n_genres, taste=taste, length_sigma=length_sigma)
+    process = GeneratorSettings(n_users, n_items, mean_length, seed, **settings)
     rng = np.random.default_rng(seed)
-    popularity = np.zeros(n_items + 1)
-    popularity[1:] = rng.permutation(np.arange(1, n_items + 1, dtype=np.float64) ** -zipf)
-    genres = np.array_split(rng.permutation(n_items) + 1, n_genres)  # each genre's items in ring order
-    successors = _ring_successors(rng, genres, n_items, n_successors)
-    successor_cdf = np.cumsum(popularity[successors], axis=1)
-    successor_cdf /= successor_cdf[:, -1:].clip(min=1e-300)  # row 0 (padding) is never used
-    jump = _Jumps(popularity, genres)
-    favourite = rng.integers(0, n_genres, n_users)
-
+    world = _World.draw(process, rng)
     # log-normal excess over min_length with the requested mean: E[exp(N(mu, s))] = exp(mu + s^2 / 2)
-    mu = np.log(mean_length - min_length) - length_sigma ** 2 / 2
-    lengths = np.minimum(min_length + np.rint(rng.lognormal(mu, length_sigma, n_users)).astype(np.int64),
-                         max_length)
+    mu = np.log(mean_length - process.min_length) - process.length_sigma ** 2 / 2
+    lengths = np.minimum(process.min_length + np.rint(rng.lognormal(mu, process.length_sigma, n_users)).astype(
+        np.int64), process.max_length)
     offsets = np.zeros(n_users + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     items = np.empty(offsets[-1], dtype=np.int64)
-
-    def jumps(genre: np.ndarray) -> np.ndarray:
-        """One jump per user whose favourite genre is ``genre``: within it with probability ``taste``."""
-        drawn = jump.anywhere(rng, len(genre))
-        own = np.flatnonzero(rng.random(len(genre)) < taste)
-        drawn[own] = jump.within(rng, genre[own])
-        return drawn
-
     longest_first = np.argsort(-lengths, kind="stable")
     chunk = max(1, _CHUNK_CELLS // (n_items + 1))
     bar = progress_bar(n_users, f"generating {name}", progress, unit=" users", unit_scale=True)
     for start in range(0, n_users, chunk):
         users = longest_first[start:start + chunk]
-        chunk_lengths, base, genre = lengths[users], offsets[users], favourite[users]
+        world.walk(rng, lengths[users], offsets[users], users, items)
+        bar.update(len(users))
+    bar.close()
+    return SequenceData(name, items, offsets, n_items, {"source": "synthetic",
+                                                       "generator": dataclasses.asdict(process),
+                                                       "generator_version": GENERATOR_VERSION})
+
+
+@dataclass
+class _World:
+    """The items' popularity, genres and successors and the users' favourite genres, drawn once; then the users'
+    walks through them, chunk by chunk."""
+
+    process: GeneratorSettings
+    successors: np.ndarray  # (n_items + 1, k): the successors of each item on its genre's ring
+    successor_cdf: np.ndarray  # each item's successors' cumulative popularity, normalised
+    jump: _Jumps
+    favourite: np.ndarray  # each user's favourite genre
+
+    @classmethod
+    def draw(cls, process: GeneratorSettings, rng: np.random.Generator) -> _World:
+        n_items = process.n_items
+        popularity = np.zeros(n_items + 1)
+        popularity[1:] = rng.permutation(np.arange(1, n_items + 1, dtype=np.float64) ** -process.zipf)
+        genres = np.array_split(rng.permutation(n_items) + 1, process.n_genres)  # each genre's items in ring order
+        successors = _ring_successors(rng, genres, n_items, process.n_successors)
+        successor_cdf = np.cumsum(popularity[successors], axis=1)
+        successor_cdf /= successor_cdf[:, -1:].clip(min=1e-300)  # row 0 (padding) is never used
+        jump = _Jumps(popularity, genres)
+        favourite = rng.integers(0, process.n_genres, process.n_users)
+        return cls(process, successors, successor_cdf, jump, favourite)
+
+    def jumps(self, rng: np.random.Generator, genre: np.ndarray) -> np.ndarray:
+        """One jump per user whose favourite genre is ``genre``: within it with probability ``taste``."""
+        drawn = self.jump.anywhere(rng, len(genre))
+        own = np.flatnonzero(rng.random(len(genre)) < self.process.taste)
+        drawn[own] = self.jump.within(rng, genre[own])
+        return drawn
+
+    def walk(self, rng: np.random.Generator, lengths: np.ndarray, base: np.ndarray, users: np.ndarray,
+             items: np.ndarray) -> None:
+        """The walks of ``users`` (longest first), of ``lengths``, written into ``items`` from their offsets
+        ``base``: time step by time step, each step drawing the next item of every user still walking."""
+        n_items, k = self.process.n_items, self.process.n_successors
+        genre = self.favourite[users]
         seen = np.zeros((len(users), n_items + 1), dtype=bool)
-        previous = jumps(genre)
+        previous = self.jumps(rng, genre)
         seen[np.arange(len(users)), previous] = True
         items[base] = previous
-        for step in range(1, int(chunk_lengths[0])):
-            active = int(np.searchsorted(-chunk_lengths, -step, side="left"))  # users longer than `step`
+        for step in range(1, int(lengths[0])):
+            active = int(np.searchsorted(-lengths, -step, side="left"))  # users longer than `step`
             rows = np.arange(active)
             last = previous[:active]
-            which = (rng.random(active)[:, None] > successor_cdf[last]).sum(axis=1)
-            candidate = successors[last, np.minimum(which, n_successors - 1)]
-            jumping = np.flatnonzero(rng.random(active) >= follow)
-            candidate[jumping] = jumps(genre[jumping])
+            which = (rng.random(active)[:, None] > self.successor_cdf[last]).sum(axis=1)
+            candidate = self.successors[last, np.minimum(which, k - 1)]
+            jumping = np.flatnonzero(rng.random(active) >= self.process.follow)
+            candidate[jumping] = self.jumps(rng, genre[jumping])
             clash = np.flatnonzero(seen[rows, candidate])
             retries = 0
             while len(clash):
-                candidate[clash] = (jumps(genre[clash]) if retries < _JUMP_RETRIES
+                candidate[clash] = (self.jumps(rng, genre[clash]) if retries < _JUMP_RETRIES
                                     else rng.integers(1, n_items + 1, len(clash)))
                 clash = clash[seen[clash, candidate[clash]]]
                 retries += 1
             seen[rows, candidate] = True
             items[base[:active] + step] = candidate
             previous[:active] = candidate
-        bar.update(len(users))
-    bar.close()
-    return SequenceData(name, items, offsets, n_items,
-                        {"source": "synthetic", "generator": params, "generator_version": GENERATOR_VERSION})
 
 
 def _ring_successors(rng: np.random.Generator, genres: list[np.ndarray], n_items: int, k: int) -> np.ndarray:
