@@ -11,6 +11,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -133,24 +134,15 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
             for row_index, metric in enumerate(SENSITIVITY_METRICS):
                 ax = axes[row_index, col]
                 for model in models:
-                    points = {key[0]: seeds for key, seeds in
-                              group([r for r in found if r.dataset == dataset and r.model == model],
-                                    "sweep_value").items()}
-                    kept = [(x, s) for x in sorted(points, key=str if categorical else float)
-                            if (s := summarize(points[x], metric)) is not None]
-                    if not kept:
+                    banded = _sweep_line(ax, [r for r in found if r.dataset == dataset and r.model == model],
+                                         metric, style[model], categorical)
+                    if banded is None:
                         continue
-                    x = [str(v) if categorical else float(v) for v, _ in kept]
-                    mean = np.array([s.mean for _, s in kept])
-                    colour, marker = style[model]
-                    ax.plot(x, mean, marker=marker, color=colour, label=names.model_name(model))
-                    if all(s.std is not None for _, s in kept):  # a band only where every point has a spread
-                        std = np.array([s.std for _, s in kept])
-                        ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15, linewidth=0)
-                        seeds |= {s.n for _, s in kept}
+                    seeds |= banded
                     points = [] if categorical or protocol != PUBLISHED_PROTOCOL else \
                         sweep_points(published, param, dataset, model, metric)
                     if points:  # the paper's values: open markers, dotted where they form a line (Table 4)
+                        colour, marker = style[model]
                         ax.plot([p[0] for p in points], [p[1] for p in points], linestyle=":" if len(points) > 2
                                 else "none", marker=marker, markerfacecolor="white", color=colour, zorder=3)
                         sources |= {p[2] for p in points}
@@ -180,6 +172,25 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                              f"{', '.join(SENSITIVITY_METRICS)} against {names.sweep_label(param)} per dataset "
                              f"(protocol {protocol}; {band}{paper})."))
     return Outcome(figures, [])
+
+
+def _sweep_line(ax, rows: list[Row], metric: str, style: tuple, categorical: bool) -> set[int] | None:
+    """One model's mean ``metric`` against the swept value, with a band of ± std where every point has a spread;
+    the seed counts behind a band (empty without one), or None when the model has no value to draw."""
+    points = {key[0]: seeds for key, seeds in group(rows, "sweep_value").items()}
+    kept = [(x, s) for x in sorted(points, key=str if categorical else float)
+            if (s := summarize(points[x], metric)) is not None]
+    if not kept:
+        return None
+    x = [str(v) if categorical else float(v) for v, _ in kept]
+    mean = np.array([s.mean for _, s in kept])
+    colour, marker = style
+    ax.plot(x, mean, marker=marker, color=colour, label=names.model_name(rows[0].model))
+    if not all(s.std is not None for _, s in kept):  # a band only where every point has a spread
+        return set()
+    std = np.array([s.std for _, s in kept])
+    ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15, linewidth=0)
+    return {s.n for _, s in kept}
 
 
 def _slug(text: str) -> str:
@@ -350,14 +361,15 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
         except (OSError, ValueError) as error:
             notes.append(f"{path.name}: unreadable as an attention map ({error}); skipped.")
             continue
-        smoke = _smoke_title(results, results.select(study="main", dataset=dataset, model=model, seed=seed))
+        shown = _Shown(dataset, model, seed, _smoke_title(results, results.select(study="main", dataset=dataset,
+                                                                                  model=model, seed=seed)))
         if "offsets" in arrays and user is None:  # averaged over the test users
             problem = _average_problem(arrays)
             if problem:
                 notes.append(f"{path.name}: {problem}; skipped.")
                 continue
             drawn.add((dataset, model))
-            figures.append(_average_attention_figure(folder, dataset, model, seed, arrays, smoke))
+            figures.append(_average_attention_figure(folder, shown, arrays))
             continue
         try:
             one = "user_" if "offsets" in arrays else ""  # an averaged file holds one user's map beside the mean
@@ -372,8 +384,7 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
                          f"with T = {len(items)}; skipped.")
             continue
         drawn.add((dataset, model))
-        figures.append(_attention_figure(folder, dataset, model, seed, row, weights, items, layer,
-                                         n_items.get(dataset), smoke))
+        figures.append(_attention_figure(folder, shown, row, weights, items, layer, n_items.get(dataset)))
     if user is not None and not figures:
         notes.append(f"Attention heat maps skipped: no attention file holds user {user}.")
     return Outcome(figures, notes)
@@ -390,8 +401,18 @@ def _average_problem(arrays: dict) -> str | None:
     return None
 
 
-def _average_attention_figure(folder, dataset, model, seed, arrays: dict, smoke: str) -> Figure:
+class _Shown(NamedTuple):
+    """The run whose attention a figure shows, and what its title says when that run is of the smoke profile."""
+
+    dataset: str
+    model: str
+    seed: int
+    smoke: str
+
+
+def _average_attention_figure(folder, shown: _Shown, arrays: dict) -> Figure:
     """One heat map per (layer, head): rows are layers, columns heads, as the paper's Fig. 2."""
+    dataset, model, seed, smoke = shown
     weights, users, offsets = arrays["weights"], arrays["users"], arrays["offsets"]
     layers, heads = weights.shape[:2]
     labels = [str(int(offset)) for offset in offsets]
@@ -445,7 +466,8 @@ def _position_ticks(labels: list[str]) -> list[int]:
     return sorted(set(numbers) | set(masks))
 
 
-def _attention_figure(folder, dataset, model, seed, user, weights, items, layer, n_items, smoke: str) -> Figure:
+def _attention_figure(folder, shown: _Shown, user, weights, items, layer, n_items) -> Figure:
+    dataset, model, seed, smoke = shown
     layers, heads = weights.shape[:2]
     layer_index = layer % layers
     keep = np.flatnonzero(items != 0)  # padding positions carry no attention worth showing
