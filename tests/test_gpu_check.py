@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.experiments import gpu_carry, gpu_check, gpu_plan
 from recbench.benchmarks import provenance
-from recbench.benchmarks.experiments import gpu_carry, gpu_check, gpu_plan
 from recbench.reports.published import load_published
 from tests.helpers import SHARED_DATA, requires_shared_data
 
@@ -81,7 +81,7 @@ def test_two_calls_on_bare_machines_carry_the_work_in_one_archive(tmp_path, monk
     shutil.rmtree(first)
 
     # Call 2, a fresh process as on the device: it unpacks, redoes nothing finished, resumes training.
-    run = subprocess.run([sys.executable, "-m", "recbench.benchmarks.experiments.gpu_check", *argv(second)],
+    run = subprocess.run([sys.executable, "-m", "benchmarks.experiments.gpu_check", *argv(second)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "carry: unpacked" in run.stdout and "resuming from" in run.stdout

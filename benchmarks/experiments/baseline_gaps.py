@@ -32,6 +32,7 @@ from unittest import mock
 
 import torch
 
+from benchmarks.experiments.speed_transformers import load_average
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import describe_device, git_commit
@@ -74,10 +75,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cache-dir")
     parser.add_argument("--output", required=True, help="summary JSON (e.g. results/reference/NAME.json)")
     return parser.parse_args(argv)
-
-
-def load_average() -> list[float]:
-    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]] if Path("/proc/loadavg").exists() else []
 
 
 class Runs:

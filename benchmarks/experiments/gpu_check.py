@@ -1,7 +1,7 @@
 """One command that checks the suite on a CUDA GPU and measures it there (issues 12 and 22), in calls of at most
 9 minutes, each of which may start on a bare machine:
 
-    python -m recbench.benchmarks.experiments.gpu_check --out results/gpu-check --data-dir DIR
+    python -m benchmarks.experiments.gpu_check --out results/gpu-check --data-dir DIR
 
 Its work, in order, each piece skipped when the output folder shows it done:
 
@@ -29,13 +29,13 @@ its whole output folder into ``$OUT/gpu_check.tar.gz`` (``--pack-to``; :mod:`ben
 and the next one unpacks it from the carried folder ``.cache/gpu-check/`` (``--carry``), which also holds the
 data files and the commit. In the checkout, before the first call and after each call:
 
-    python -m recbench.benchmarks.experiments.gpu_check --prepare-carry --data-dir DIR [--archive FILE]
+    python -m benchmarks.experiments.gpu_check --prepare-carry --data-dir DIR [--archive FILE]
 
 (``FILE``: the ``gpu_check.tar.gz`` that came back), then one call with carry [".cache/gpu-check"],
 timeout_s 600 and this command (``--print-device-command`` prints it; add ``--device-minutes M`` to its
 gpu_check where less than 30 minutes of device time are left before the first call, the same in every call):
 
-    set -o pipefail; export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 RECBENCH_COMMIT="$(cat .cache/gpu-check/commit 2>/dev/null)"; { python3 -m pip install -q --no-index --no-deps --no-build-isolation --root-user-action=ignore -e . || { echo "pip install failed: recbench imported through links in /tmp/rb"; mkdir -p /tmp/rb/recbench; for d in datasets models benchmarks reports; do ln -sfn "$PWD/$d" /tmp/rb/recbench/$d; done; export PYTHONPATH=/tmp/rb; }; python3 -m recbench.benchmarks.experiments.gpu_check --carry .cache/gpu-check --out /tmp/gpu-check --cache-dir /tmp/recbench-cache --pack-to "$OUT" --max-minutes 9; } 2>&1 | tee "$OUT/gpu_check.log"
+    set -o pipefail; export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 RECBENCH_COMMIT="$(cat .cache/gpu-check/commit 2>/dev/null)"; { python3 -m pip install -q --no-index --no-deps --no-build-isolation --root-user-action=ignore -e . || { echo "pip install failed: recbench imported through links in /tmp/rb"; mkdir -p /tmp/rb/recbench; for d in datasets models benchmarks reports; do ln -sfn "$PWD/$d" /tmp/rb/recbench/$d; done; export PYTHONPATH=/tmp/rb; }; python3 -m benchmarks.experiments.gpu_check --carry .cache/gpu-check --out /tmp/gpu-check --cache-dir /tmp/recbench-cache --pack-to "$OUT" --max-minutes 9; } 2>&1 | tee "$OUT/gpu_check.log"
 
 ``OUT/gpu_check.json`` (also under ``$OUT``), rewritten after every piece: the device, torch and CUDA versions,
 the commit, every figure, the training plan, and the issue's targets beside the figures they concern, with how
@@ -60,7 +60,7 @@ from pathlib import Path
 
 import torch
 
-from recbench.benchmarks.experiments import gpu_carry, gpu_plan
+from benchmarks.experiments import gpu_carry, gpu_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEED_MODELS = ("sasrec", "sasrec-ce", "bert4rec")
@@ -92,7 +92,7 @@ DEVICE_COMMAND = (
     '{ echo "pip install failed: recbench imported through links in /tmp/rb"; mkdir -p /tmp/rb/recbench; '
     'for d in datasets models benchmarks reports; do ln -sfn "$PWD/$d" /tmp/rb/recbench/$d; done; '
     'export PYTHONPATH=/tmp/rb; }; '
-    f'python3 -m recbench.benchmarks.experiments.gpu_check --carry {CARRY} --out /tmp/gpu-check '
+    f'python3 -m benchmarks.experiments.gpu_check --carry {CARRY} --out /tmp/gpu-check '
     '--cache-dir /tmp/recbench-cache --pack-to "$OUT" --max-minutes 9; } 2>&1 | tee "$OUT/gpu_check.log"')
 
 
@@ -191,7 +191,7 @@ def run_tests(out: Path, deadline: Deadline) -> bool:
 
 # ------------------------------------------------------------------------------------------------- speed
 def _measure_child(call: dict) -> None:
-    from recbench.benchmarks.experiments.speed_transformers import measure
+    from benchmarks.experiments.speed_transformers import measure
 
     try:
         row = measure(call["model"], call["dataset"], call["batches"], call["device"], call["data_dir"], False,
@@ -473,7 +473,7 @@ def summarize(out: Path, args) -> dict:
     training = {dataset: training_summary(out, dataset, args.seed) for dataset in args.train_datasets}
     targets = [row for dataset in args.train_datasets if dataset in TABLE5
                for row in bert4rec_targets(dataset, training[dataset])]
-    return {"command": "python -m recbench.benchmarks.experiments.gpu_check " + " ".join(args.argv),
+    return {"command": "python -m benchmarks.experiments.gpu_check " + " ".join(args.argv),
             "environment": environment(args.device),
             "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "finished": all_done(out, args), "done": [p for p in pieces(args) if is_done(out, p)],

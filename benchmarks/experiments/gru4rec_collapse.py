@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.experiments.baseline_gaps import parse_variant
+from benchmarks.experiments.speed_transformers import load_average
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator, evaluation_mode, history_batches
-from recbench.benchmarks.experiments.baseline_gaps import load_average, parse_variant
 from recbench.benchmarks.provenance import describe_device, git_commit
 from recbench.benchmarks.store import write_json
 from recbench.benchmarks.trainer import Trainer, TrainRun

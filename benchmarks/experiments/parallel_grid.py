@@ -23,14 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.experiments.speed_transformers import load_average
 from recbench.benchmarks.provenance import ROOT, git_commit
 from recbench.benchmarks.store import read_results, write_json
 
 MODELS = ("pop", "bprmf", "fpmc", "gru4rec", "caser", "lstm", "sasrec", "bert4rec")
-
-
-def load_average() -> list[float]:
-    return [float(value) for value in Path("/proc/loadavg").read_text().split()[:3]]
 
 
 def grid(models, seeds, jobs: int, output: Path, cache: Path) -> float:

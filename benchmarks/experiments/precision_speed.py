@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.experiments.speed_transformers import load_average, subset, write_report
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.experiments.speed_transformers import load_average, subset, write_report
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.trainer import Trainer, TrainRun, native_bf16
 from recbench.datasets import load_dataset

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.experiments.speed_transformers import load_average, subset
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.experiments.speed_transformers import load_average, subset
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets.sequences import LeaveOneOutSplit

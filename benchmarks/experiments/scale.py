@@ -20,8 +20,8 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from benchmarks.experiments.speed_transformers import load_average, measure, write_report
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.experiments.speed_transformers import load_average, measure, write_report
 from recbench.benchmarks.provenance import git_commit
 
 ROOT = Path(__file__).resolve().parents[2]

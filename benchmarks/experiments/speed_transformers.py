@@ -63,6 +63,7 @@ def subset(view: Histories, rows: np.ndarray) -> Histories:
 
 
 def load_average() -> list[float]:
+    """The machine's load over the last 1, 5 and 15 minutes, recorded beside every measurement of the lab."""
     return [round(x, 2) for x in os.getloadavg()]
 
 

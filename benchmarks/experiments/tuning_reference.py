@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.experiments.speed_transformers import load_average
 from recbench.benchmarks.provenance import ROOT, git_commit
 from recbench.benchmarks.store import read_results, write_json
 
@@ -56,7 +57,7 @@ def tune(argv: list[str], output: Path, data_dir: str, jobs: int = 1) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     shown = ["python", "-m", "benchmarks.tune", *command[3:]]
     return {"command": shlex.join(shown), "exit": code, "cpu_seconds": round(cpu, 1),
-            "wall_seconds": round(time.perf_counter() - started, 1), "load_average_after": os.getloadavg()}
+            "wall_seconds": round(time.perf_counter() - started, 1), "load_average_after": load_average()}
 
 
 def study(output: Path, model: str) -> dict:
