@@ -16,6 +16,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from recbench.benchmarks.provenance import git_commit
+from recbench.datasets import load_dataset
+from recbench.datasets.registry import SyntheticSpec, get_spec
+
 ARCHIVE = "gpu_check.tar.gz"
 SUMMARY = "gpu_check.json"
 COMMIT_FILE = "commit"  # the checkout's commit when the carried folder was prepared (the device copy has no .git)
@@ -97,10 +101,6 @@ def prepare_carry(carry: Path, root: Path, data_dir: str | None, datasets, archi
     from (the files themselves, found through the dataset registry in ``data_dir``), the commit, and the archive
     that came back from the last call, if any. The folder must be ignored by git, so that it travels only when
     a call names it in ``carry``."""
-    from recbench.benchmarks.provenance import git_commit
-    from recbench.datasets import load_dataset
-    from recbench.datasets.registry import SyntheticSpec, get_spec
-
     ignored = subprocess.run(["git", "check-ignore", "-q", str(carry)], cwd=root, capture_output=True)
     if ignored.returncode != 0:
         raise SystemExit(f"--carry {carry}: not a folder git ignores; name one under .cache/ or add it to "

@@ -61,6 +61,15 @@ from pathlib import Path
 import torch
 
 from benchmarks.experiments import gpu_carry, gpu_plan
+from benchmarks.experiments.speed_transformers import measure
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.provenance import describe_device, git_commit, library_versions
+from recbench.benchmarks.trainer import resolve_device
+from recbench.datasets import LeaveOneOutSplit, load_dataset
+from recbench.models import model_class
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEED_MODELS = ("sasrec", "sasrec-ce", "bert4rec")
@@ -191,8 +200,6 @@ def run_tests(out: Path, deadline: Deadline) -> bool:
 
 # ------------------------------------------------------------------------------------------------- speed
 def _measure_child(call: dict) -> None:
-    from benchmarks.experiments.speed_transformers import measure
-
     try:
         row = measure(call["model"], call["dataset"], call["batches"], call["device"], call["data_dir"], False,
                       call["threads"], cache_dir=call["cache_dir"], overrides=tuple(call["overrides"]))
@@ -261,10 +268,6 @@ def stop(child) -> None:
 
 # ---------------------------------------------------------------------------------------------- training
 def _train_child(call: dict) -> None:
-    from recbench.benchmarks.grid import run_jobs
-    from recbench.benchmarks.jobs import Job
-    from recbench.benchmarks.options import RunOptions
-
     if call["threads"]:
         torch.set_num_threads(call["threads"])
     try:
@@ -282,10 +285,6 @@ def _train_child(call: dict) -> None:
 
 def training_plan(call: dict) -> tuple[dict, object]:
     """The dataset's plan from ``OUT/plans.json``, or a new one made from the device's steps/s, and the data."""
-    from recbench.benchmarks.config import resolve
-    from recbench.datasets import LeaveOneOutSplit, load_dataset
-    from recbench.models import model_class
-
     out, dataset = Path(call["out"]), call["dataset"]
     data = load_dataset(dataset, data_dir=call["data_dir"], cache_dir=call["cache_dir"], progress=False)
     plans = read_json(out / "plans.json", {})
@@ -388,16 +387,10 @@ def target(what: str, value, bound: float, kind: str, **context) -> dict:
 
 
 def describe(device: str) -> str:
-    from recbench.benchmarks.provenance import describe_device
-    from recbench.benchmarks.trainer import resolve_device
-
     return describe_device(resolve_device(device))
 
 
 def environment(device: str) -> dict:
-    from recbench.benchmarks.provenance import git_commit, library_versions
-    from recbench.benchmarks.trainer import resolve_device
-
     resolved = resolve_device(device)
     about = {"device": describe(device), "torch": torch.__version__, "cuda": torch.version.cuda,
              "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
@@ -576,8 +569,6 @@ def main(argv=None) -> int:
     if args.carry:
         gpu_carry.unpack(Path(args.carry) / gpu_carry.ARCHIVE, out, log)
     out.mkdir(parents=True, exist_ok=True)
-    from recbench.benchmarks.trainer import resolve_device
-
     set_aside_other_device(out, resolve_device(args.device).type)  # a clear error first if CUDA is absent
     log(f"output {out}, {args.max_minutes:g} min for this invocation, {len(invocations(out))} before it, done so "
         f"far: {sorted(p.name for p in (out / 'done').glob('*')) or 'nothing'}")

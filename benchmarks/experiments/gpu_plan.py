@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import torch
+
 SAFETY = 0.9  # share of the budget planned as steps: checkpoint writes, loss checks, a sustained rate below a burst's
 CALL_START_S = 60.0  # a later call's training starts this long after the call's program (imports, data, negatives,
 # model) and loses its partial epoch at the stop
@@ -100,8 +102,6 @@ def steps_run(row: dict, plan: dict) -> dict:
 def progress(checkpoint: Path, plan: dict) -> dict:
     """How far an unfinished training got (its last checkpoint) and the projected time to finish it and to run
     the authors' schedule at its own rate."""
-    import torch
-
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
     state, steps = saved["state"], saved["schedule"]["last_epoch"]
     step_s = state["train_seconds"] / max(steps, 1)
