@@ -201,8 +201,9 @@ def run_tests(out: Path, deadline: Deadline) -> bool:
 # ------------------------------------------------------------------------------------------------- speed
 def _measure_child(call: dict) -> None:
     try:
-        row = measure(call["model"], call["dataset"], call["batches"], call["device"], call["data_dir"], False,
-                      call["threads"], cache_dir=call["cache_dir"], overrides=tuple(call["overrides"]))
+        row = measure(call["model"], call["dataset"], call["batches"], call["device"], call["data_dir"],
+                      generated=False, threads=call["threads"], cache_dir=call["cache_dir"],
+                      overrides=tuple(call["overrides"]))
         write_json(Path(call["path"]), row)
     except KeyboardInterrupt:
         print(f"speed: {call['model']} on {call['dataset']} interrupted", flush=True)

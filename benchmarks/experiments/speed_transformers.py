@@ -148,7 +148,7 @@ def main(argv=None) -> int:
         for model_name in args.models:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
                 row = fresh.submit(measure, model_name, dataset, args.batches, device, args.data_dir,
-                                   args.synthetic, args.threads).result()
+                                   generated=args.synthetic, threads=args.threads).result()
             results.append(row)
             print(f"{dataset:>7} {model_name:>9}: {row['train_sequences_per_s']:7.1f} seq/s, epoch of "
                   f"{row['users']:,} sequences {row['epoch_seconds']:7.1f} s, full-ranking eval of all users "
