@@ -10,6 +10,7 @@ import sys
 import tomllib
 
 import pytest
+from packaging.requirements import Requirement
 
 import run_all
 from recbench.benchmarks import tune, worker
@@ -22,6 +23,16 @@ from recbench.reports import generate_report
 from tests.helpers import ROOT, dask_cluster, wait_for
 
 optuna = pytest.importorskip("optuna")
+
+
+
+def test_the_installed_optuna_is_in_the_range_pyproject_states():
+    """The suite states the Optuna versions it supports (pyproject.toml); the tests run on one of them, so a new
+    major release is not used untried (the tuning tests passed on the range's first and last: 3.6.2 and 5.0.0)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    stated = next(Requirement(text) for text in project["dependencies"] if text.startswith("optuna"))
+    assert stated.specifier and stated.specifier.contains(optuna.__version__), (optuna.__version__, stated)
+
 
 FAST = ["--budget-epochs", "6", "--threads", "1", "--quiet", "--no-report"]  # BPR-MF: about a CPU-second a trial
 

@@ -162,8 +162,8 @@ class Study:
         settings, options = self.context.settings, self.context.options
         parallel = self.context.executor.parallelism > 1
         self.optuna = optuna.create_study(storage=open_storage(self.context.storage), study_name=self.name,
-                                         direction="maximize", pruner=make_pruner(settings.pruner, self.first_epoch),
-                                         load_if_exists=True)
+                                          direction="maximize", pruner=make_pruner(settings.pruner, self.first_epoch),
+                                          load_if_exists=True)
         spec = {**settings.spec(options.profile), "space": sorted(d.text for d in self.space.dimensions.values())}
         trials = self.optuna.get_trials(deepcopy=False)
         # A resumed study continues its sampler's draws rather than repeating the first ones.
