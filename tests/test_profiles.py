@@ -51,7 +51,7 @@ def test_bert4rec_converges_on_the_replications_schedule(model):
 
 
 def test_the_ml1m_d256_bert4rec_takes_the_authors_ffn_size():
-    from recbench.benchmarks.studies import tied_settings
+    from recbench.benchmarks.commands.studies import tied_settings
 
     for profile in ("converge", "paper"):
         assert tied_settings("bert4rec", "ml-1m", profile, {"hidden": 256})["ffn_inner"] == 512
