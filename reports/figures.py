@@ -300,24 +300,38 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
 
 # ---------------------------------------------------------------------------------------------- attention
 
-def _attention_files(results: ResultSet) -> list[tuple[str, str, int, Path]]:
-    """(dataset, model, seed, path) of the attention maps of the main grid's runs.
+def _attention_files(results: ResultSet) -> list[tuple[Row, Path]]:
+    """(a row of the run, its attention map) of every run with a map, in the order to draw them: per (dataset,
+    model) the main grid's run, else a study's run with the model's own settings (variant ``default``: the
+    ablation's Table 5 row, tuning's default), else any study's run (a sweep's point, a Cloze row); then by seed.
+    A smoke ablation trains no main-grid BERT4Rec, and its maps are the ones a reader of its report wants.
 
-    A row names its run's map in ``attention_file`` (results/README.md); rows written before that key existed
-    are matched by the names ``<dataset>__<model>__seed<seed>.npz`` (or ``<dataset>_<model>_seed<seed>.npz``).
-    Only main-grid rows count, which leaves out the maps of study variants (ablation, sweeps): the figure shows
-    the model the main grid trained."""
+    A row names its run's map in ``attention_file`` (results/README.md); main-grid rows written before that key
+    existed are matched by the names ``<dataset>__<model>__seed<seed>.npz`` (or ``..._seed<seed>.npz``), which
+    no study run had."""
     folder = results.folder / "attention"
     found = {}
-    for row in results.select(study="main"):
-        run = (row.dataset, row.model, row.seed)
+    for row in results.rows:
         named = row.get("attention_file")
         candidates = ([results.folder / named] if named else
-                      [folder / f"{row.dataset}{sep}{row.model}{sep}seed{row.seed}.npz" for sep in ("__", "_")])
+                      [folder / f"{row.dataset}{sep}{row.model}{sep}seed{row.seed}.npz" for sep in ("__", "_")]
+                      if row.study == "main" else [])
         path = next((path for path in candidates if path.is_file()), None)
         if path is not None:
-            found[run] = path
-    return [(*run, path) for run, path in sorted(found.items())]
+            found.setdefault(path, row)
+
+    def order(run: tuple[Row, Path]) -> tuple:
+        row = run[0]
+        own = 0 if row.study == "main" else 1 if row.variant == "default" else 2
+        return row.dataset, row.model, own, row.study, str(row.variant), row.seed
+
+    return sorted(((row, path) for path, row in found.items()), key=order)
+
+
+def _run_title(results: ResultSet, row: Row) -> str:
+    """Which run a figure shows, for its title: the seed, a study run's study and variant, the smoke label."""
+    study = "" if row.study == "main" else f", {row.study}" + (f" run {row.variant!r}" if row.variant else "")
+    return f"(seed {row.seed}{study}){_smoke_title(results, [row])}"
 
 
 def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
@@ -327,21 +341,22 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
     that user's map (kept in the same file, or a single-user file of older runs), one per head of one layer (the
     last by default).
 
-    BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none; the lowest seed's map
-    per (dataset, model)."""
+    BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none; one map per
+    (dataset, model), the first readable one in :func:`_attention_files`'s order."""
     files = _attention_files(results)
-    if any(model == names.BERT4REC for _, model, _, _ in files):
-        files = [f for f in files if f[1] == names.BERT4REC]
+    if any(row.model == names.BERT4REC for row, _ in files):
+        files = [(row, path) for row, path in files if row.model == names.BERT4REC]
     if not files:
-        return Outcome([], ["Attention heat maps skipped: no attention/<dataset>__<model>__seed<seed>.npz of a "
-                            "main-grid run."])
+        return Outcome([], ["Attention heat maps skipped: no run in results.jsonl has an attention map "
+                            "(attention_file)."])
     n_items = {}
     for row in results.rows:
         stats = (row.get("dataset_info") or {}).get("stats") or {}
         if "items" in stats:
             n_items.setdefault(row.dataset, stats["items"])
     figures, notes, drawn = [], [], set()
-    for dataset, model, seed, path in sorted(files, key=lambda f: (f[0], f[1], f[2])):
+    for row, path in files:
+        dataset, model = row.dataset, row.model
         if (dataset, model) in drawn:
             continue
         try:
@@ -350,30 +365,29 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
         except (OSError, ValueError) as error:
             notes.append(f"{path.name}: unreadable as an attention map ({error}); skipped.")
             continue
-        smoke = _smoke_title(results, results.select(study="main", dataset=dataset, model=model, seed=seed))
+        title = _run_title(results, row)
         if "offsets" in arrays and user is None:  # averaged over the test users
             problem = _average_problem(arrays)
             if problem:
                 notes.append(f"{path.name}: {problem}; skipped.")
                 continue
             drawn.add((dataset, model))
-            figures.append(_average_attention_figure(folder, dataset, model, seed, arrays, smoke))
+            figures.append(_average_attention_figure(folder, row, arrays, title))
             continue
         try:
             one = "user_" if "offsets" in arrays else ""  # an averaged file holds one user's map beside the mean
-            weights, items, row = arrays[f"{one}weights"], arrays[f"{one}items"], int(arrays["user"])
+            weights, items, shown = arrays[f"{one}weights"], arrays[f"{one}items"], int(arrays["user"])
         except (KeyError, TypeError, ValueError) as error:
             notes.append(f"{path.name}: unreadable as an attention map ({error!r}); skipped.")
             continue
-        if user is not None and row != user:
+        if user is not None and shown != user:
             continue
         if weights.ndim != 4 or weights.shape[2:] != (len(items), len(items)):
             notes.append(f"{path.name}: weights of shape {weights.shape} do not match (layers, heads, T, T) "
                          f"with T = {len(items)}; skipped.")
             continue
         drawn.add((dataset, model))
-        figures.append(_attention_figure(folder, dataset, model, seed, row, weights, items, layer,
-                                         n_items.get(dataset), smoke))
+        figures.append(_attention_figure(folder, row, shown, weights, items, layer, n_items.get(dataset), title))
     if user is not None and not figures:
         notes.append(f"Attention heat maps skipped: no attention file holds user {user}.")
     return Outcome(figures, notes)
@@ -390,8 +404,9 @@ def _average_problem(arrays: dict) -> str | None:
     return None
 
 
-def _average_attention_figure(folder, dataset, model, seed, arrays: dict, smoke: str) -> Figure:
+def _average_attention_figure(folder, run: Row, arrays: dict, title: str) -> Figure:
     """One heat map per (layer, head): rows are layers, columns heads, as the paper's Fig. 2."""
+    dataset, model = run.dataset, run.model
     weights, users, offsets = arrays["weights"], arrays["users"], arrays["offsets"]
     layers, heads = weights.shape[:2]
     labels = [str(int(offset)) for offset in offsets]
@@ -421,7 +436,7 @@ def _average_attention_figure(folder, dataset, model, seed, arrays: dict, smoke:
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="mean attention weight")
     fewest, most = int(users[users > 0].min(initial=0)), int(users.max())
     fig.suptitle(f"{names.model_name(model)} attention averaged over {most:,} test users\nlast {len(labels)} "
-                 f"positions, {names.dataset_name(dataset)} (seed {seed}){smoke}")
+                 f"positions, {names.dataset_name(dataset)} {title}")
     return _save(fig, folder, f"attention_{_slug(dataset)}_{_slug(model)}",
                  f"Attention weights among the last {len(labels)} positions of each test input (−1 = the last"
                  f"{', the [MASK]' if bool(arrays['mask_last']) else ''}), every layer and head of "
@@ -445,7 +460,8 @@ def _position_ticks(labels: list[str]) -> list[int]:
     return sorted(set(numbers) | set(masks))
 
 
-def _attention_figure(folder, dataset, model, seed, user, weights, items, layer, n_items, smoke: str) -> Figure:
+def _attention_figure(folder, run: Row, user, weights, items, layer, n_items, title: str) -> Figure:
+    dataset, model = run.dataset, run.model
     layers, heads = weights.shape[:2]
     layer_index = layer % layers
     keep = np.flatnonzero(items != 0)  # padding positions carry no attention worth showing
@@ -483,7 +499,7 @@ def _attention_figure(folder, dataset, model, seed, user, weights, items, layer,
             ax.tick_params(labelbottom=False)
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (probability)")
     fig.suptitle(f"{names.model_name(model)} attention, layer {layer_index + 1} of {layers}, "
-                 f"{names.dataset_name(dataset)}, user {user} (seed {seed}){smoke}")
+                 f"{names.dataset_name(dataset)}, user {user} {title}")
     return _save(fig, folder, f"attention_{_slug(dataset)}_{_slug(model)}",
                  f"Attention weights of each head of layer {layer_index + 1}/{layers} of "
                  f"{names.model_name(model)} for user {user} on {names.dataset_name(dataset)} "

@@ -614,3 +614,21 @@ def test_the_attention_figure_shows_those_ticks(tmp_path, drawn):
     assert [t.get_text() for t in ax.get_xticklabels()] == expected_labels
     assert [t.get_text() for t in ax.get_yticklabels()] == expected_labels
     assert [t.get_rotation() for t in ax.get_xticklabels()] == [0] * 6 + [90]
+
+
+def test_a_study_without_a_main_grid_draws_the_attention_of_its_run_with_the_models_own_settings(tmp_path, drawn):
+    """Issue 29: the smoke ablation wrote 13 attention files and the report drew none (main-grid runs only)."""
+    from recbench.reports import figures
+
+    rows = []
+    for variant, heads in (("w/o PE", 2), ("default", 4), ("L=1", 2)):
+        path = write_attention(tmp_path, heads=heads, seed=0)
+        named = path.rename(path.with_name(f"ml-1m__bert4rec__{variant.replace('/', '-')}.npz"))
+        rows.append(ranking_row(tmp_path, "ml-1m", "bert4rec", 0, study="ablation", variant=variant,
+                                attention_file=f"attention/{named.name}", profile="smoke"))
+    outcome = figures.attention_figures(load_results(write_results(tmp_path, rows)), tmp_path)
+    assert [figure.name for figure in outcome.figures] == ["attention_ml-1m_bert4rec"] and not outcome.notes
+    fig = drawn["attention_ml-1m_bert4rec"]
+    assert len([ax for ax in fig.axes if ax.get_title().startswith("head ")]) == 4  # the default variant's map
+    assert "(seed 0, ablation run 'default')" in fig._suptitle.get_text()
+    assert "smoke profile" in fig._suptitle.get_text()
