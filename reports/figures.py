@@ -23,9 +23,10 @@ from matplotlib.ticker import LogFormatter, MaxNLocator  # noqa: E402
 
 from recbench.reports import names  # noqa: E402
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published, sweep_points  # noqa: E402
-from recbench.reports.results import ResultSet, Row  # noqa: E402
+from recbench.reports.results import SMOKE, SMOKE_LABEL, ResultSet, Row  # noqa: E402
 from recbench.reports.stats import summarize  # noqa: E402
 from recbench.reports.tables import RANKING, group, smoke_label  # noqa: E402
+from recbench.reports.tuning import best_so_far  # noqa: E402
 
 SENSITIVITY_METRICS = ("NDCG@10", "HR@10")  # paper Figs. 3-5
 QUALITY_METRIC = "NDCG@10"
@@ -267,9 +268,11 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
             colour = style[model][0]
             if (model, dataset) in untrained:
                 ax.axhline(value, color=colour, linestyle="--", linewidth=1.5, zorder=1)
-                # The dataset's marker at the line's left end says which dataset the line belongs to.
-                ax.plot([0.015], [value], transform=ax.get_yaxis_transform(), marker=dataset_marker[dataset],
-                        color=colour, markeredgecolor="black", markeredgewidth=0.5, markersize=8, clip_on=False)
+                # Words, not the dataset's marker, say whose line it is: a marker on a log time axis reads as a
+                # point at some number of seconds (issue 29: POP "near 13 s").
+                ax.annotate(f"{names.model_name(model)} on {names.dataset_name(dataset)}, no training",
+                            (0.01, value), xycoords=ax.get_yaxis_transform(), xytext=(0, 3),
+                            textcoords="offset points", color=colour, fontsize="small", va="bottom")
                 continue
             seconds = float(np.mean([r.get("train_seconds") for r in seeds]))
             ax.scatter(seconds, value, s=70, color=colour, marker=dataset_marker[dataset], edgecolor="black",
@@ -554,8 +557,9 @@ def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outco
 # ------------------------------------------------------------------------------------------------- tuning
 
 def tuning_figures(studies: list[dict], folder: Path) -> Outcome:
-    """The best validation value found against the number of trials, one line per tuning study (``tuning.json``,
-    :mod:`reports.tuning`), and each finished trial's value as a point."""
+    """The best validation value found against the trials, one line per tuning study (``tuning.json``,
+    :mod:`reports.tuning`), and each finished trial's value as a point; trials by the study's own numbers, as the
+    tuning tables and ``tuned.toml`` name them (the first is 0)."""
     if not studies:
         return Outcome([], [])
     style = model_style([study["model"] for study in studies])
@@ -563,21 +567,20 @@ def tuning_figures(studies: list[dict], folder: Path) -> Outcome:
     handles, labels = [], []
     for study in studies:
         colour, marker = style[study["model"]]
-        trials = sorted(study["trials"], key=lambda t: t["number"])
-        best, points = None, []
-        for trial in trials:
-            if trial["state"] == "complete" and trial["value"] is not None:
-                best = trial["value"] if best is None else max(best, trial["value"])
-                ax.plot(trial["number"] + 1, trial["value"], marker, color=colour, alpha=0.5, markersize=4)
-            points.append(best)
-        ax.step(range(1, len(points) + 1), [np.nan if p is None else p for p in points], where="post", color=colour)
+        finished = [t for t in study["trials"] if t["state"] == "complete" and t["value"] is not None]
+        ax.plot([t["number"] for t in finished], [t["value"] for t in finished], marker, color=colour, alpha=0.5,
+                markersize=4, linestyle="")
+        best = best_so_far(study)
+        ax.step([number for number, _ in best], [value for _, value in best], where="post", color=colour)
         handles.append(Line2D([], [], color=colour, marker=marker))
         labels.append(f"{names.model_name(study['model'])} on {names.dataset_name(study['dataset'])}")
-    ax.set_xlabel("trials")
+    ax.set_xlabel("trial (its number in the tuning tables)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     objectives = sorted({study["objective"] for study in studies})
     ax.set_ylabel(f"validation {' / '.join(objectives)}")
     _legend_right(fig, handles, labels, title="study")
-    fig.suptitle("Best validation value against trials (line: best so far; points: finished trials)")
+    smoke = sum(study.get("profile") == SMOKE for study in studies)
+    fig.suptitle("Best validation value against trials (line: best so far; points: finished trials)"
+                 + (f"\n{'' if smoke == len(studies) else 'partly '}{SMOKE_LABEL}" if smoke else ""))
     return Outcome([_save(fig, folder, "tuning_best_so_far", "Best validation value found against the number of "
                           "trials, per tuning study.")], [])
