@@ -54,7 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="N", help="seeds (default: 0)")
     parser.add_argument("--profile", default="smoke", choices=PROFILES,
                         help="smoke: seconds per model, checks that everything runs (default); "
-                             "paper: the paper's settings, long training with early stopping")
+                             "converge: the paper's models, data and evaluation trained on the schedule of the "
+                             "published replications until early stopping ends each run (hours per model on a "
+                             "CPU); paper: the authors' own schedule as well (BERT4Rec: 400,000 steps, days on a "
+                             "GPU, weeks on a CPU)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
                         help="override a hyper-parameter or trainer setting, e.g. --set hidden=128 "
                              "--set sasrec:max_epochs=50 (repeatable)")

@@ -4,7 +4,8 @@ user's ``--config`` files.
 A model's file has a ``[model]`` table (fields of the model's ``Config`` dataclass) and a ``[train]`` table (fields
 of :class:`benchmarks.trainer.TrainSettings`); a sub-table named after a dataset (``[model.ml-1m]``) overrides
 values for that dataset, and a profile's tables, ``[smoke.model]`` / ``[smoke.train]`` or ``[converge.model]`` /
-``[converge.train]`` (with their own dataset sub-tables), override them for that profile (:data:`PROFILES`). Every value in the suite's files carries a comment naming its source.
+``[converge.train]`` (with their own dataset sub-tables), override them for that profile (:data:`PROFILES`).
+Every value in the suite's files carries a comment naming its source.
 
 A ``--config`` file holds the same tables for several models, each under the model's name, e.g.::
 

@@ -9,8 +9,8 @@ that the callback may stop the run (tuning prunes through it).
 epoch, validate and decide, save a checkpoint; at the end the best-on-validation weights are put back (the
 protocol's rule: the checkpoint that validation selects is the one tested). Adam, AdamW or BERT's
 AdamWeightDecay (``benchmarks.optim``), linear warm-up then linear or BERT's decay, gradient clipping, bf16
-autocast on CUDA when asked for, early stopping on a validation metric with a patience (or none), an epoch cap,
-a step cap, a wall-clock budget and a CPU-seconds budget.
+autocast when asked for on a device with native bf16 (:func:`native_bf16`), early stopping on a validation
+metric with a patience (or none), an epoch cap, a step cap, a wall-clock budget and a CPU-seconds budget.
 
 On a GPU the loop itself never makes the host wait for the device between steps: the running loss stays on the
 device and is checked for NaN/inf every ``FINITE_CHECK_STEPS`` batches and at the epoch's end (the model's own
@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,8 +79,8 @@ class TrainSettings:
     valid_metric: str = "NDCG@10"
     valid_protocol: str = "full"
     valid_users: int | None = None  # validate on a fixed random subset of this many users (0 or None: all)
-    precision: str = "fp32"  # "fp32", as the authors' code trains; "bf16": bf16 autocast on CUDA (the CPU always
-    # trains in fp32)
+    precision: str = "fp32"  # "fp32", as the authors' code trains; "bf16": bf16 autocast where the device computes
+    # bf16 natively (native_bf16), fp32 elsewhere; losses and metrics stay fp32. A row records what was used.
 
     def __post_init__(self):
         def require(condition: bool, field: str, rule: str) -> None:
@@ -180,6 +181,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+# /proc/cpuinfo's flags for the matrix units that compute bf16 products natively: Intel's AMX and the AVX-512
+# BF16 instructions (Intel since Cooper Lake, AMD since Zen 4). Without them bf16 is emulated and slower than fp32.
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags as Linux lists them in ``cpuinfo`` (none elsewhere)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 matrix products natively: a CUDA GPU that supports bf16, or a CPU with
+    one of :data:`BF16_CPU_FLAGS`."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return bool(cpu_flags() & set(BF16_CPU_FLAGS))
+
+
 def fit_model(model: Recommender, train: Histories, validate: Validator | None, settings: TrainSettings,
               run: TrainRun | None = None) -> FitReport:
     """The harness's one way to fit any model: a neural model by the shared :class:`Trainer`, any other (POP)
@@ -227,7 +250,19 @@ class Trainer:
         generator = torch.Generator(device=device).manual_seed(self.run.seed)
         loss_of = torch.compile(model.loss) if self.run.compile else model.loss
         return _Session(model, examples, n_examples, batches_per_epoch, optimizer, schedule, generator, loss_of,
-                        s.precision == "bf16" and device.type == "cuda")
+                        self._uses_bf16(model))
+
+    def _uses_bf16(self, model: NeuralRecommender) -> bool:
+        """Whether this run trains under bf16 autocast: asked for and native on the model's device; else one line
+        says that it trains in fp32 (and its rows record fp32)."""
+        if self.settings.precision != "bf16":
+            return False
+        if native_bf16(model.device):
+            return True
+        tqdm.write(f"{model.name}: precision=bf16 asked for, but {model.device.type} has no native bf16 "
+                   f"({' or '.join(BF16_CPU_FLAGS)} on a CPU), so it trains in fp32 and its rows say fp32",
+                   file=sys.stderr)
+        return False
 
     def _restore(self, session: _Session) -> tuple[TrainState, int | None]:
         """The checkpoint's state, weights, optimiser, schedule and random state, if a checkpoint exists."""

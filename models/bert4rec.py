@@ -8,7 +8,8 @@ Transformer", CIKM 2019). Where the paper is silent, ``--profile paper`` builds 
   official code's: it pads on the right, so a window's first item gets p_0 and the [MASK] appended at inference
   after n items gets p_n; ``"end"``: the last column gets p_{N−1}, as SASRec's code.
 - §3.3 Transformer layer (eq. 1–5): L bidirectional blocks, h heads, PFFN with GELU and inner size 4d (§3.3;
-  ``ffn_inner`` sets another, as the authors' ``bert_config_ml-1m_256.json`` has 512 = 2d), post-LN: LN(x + Dropout(sublayer(x))); LayerNorm ε 1e-12 as TF's ``layer_norm`` (``layer_norm_eps``).
+  ``ffn_inner`` sets another, as the authors' ``bert_config_ml-1m_256.json`` has 512 = 2d), post-LN:
+  LN(x + Dropout(sublayer(x))); LayerNorm ε 1e-12 as TF's ``layer_norm`` (``layer_norm_eps``).
 - §3.5 Output layer (eq. 7): P(v) = softmax(GELU(h_t W^P + b^P) Eᵀ + b^O), with the shared item embedding E
   and a bias per item; the official ``run.py`` adds a LayerNorm after the GELU (``head_norm``). The training
   softmax runs over every row of the official vocabulary (``softmax_classes="vocabulary"``: the padding id 0, the
@@ -100,8 +101,8 @@ class BERT4Rec(NeuralRecommender):
         self.encoder = PackedSequenceEncoder(EncoderConfig(
             vocab_size=vocabulary, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
             ffn_inner=c.ffn_inner or 4 * c.hidden, activation="gelu", dropout=c.dropout,
-            attention_dropout=c.attention_dropout, causal=False, block="post-ln", positions=c.positions, embedding_norm=True,
-            token_type=c.token_type_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
+            attention_dropout=c.attention_dropout, causal=False, block="post-ln", positions=c.positions,
+            embedding_norm=True, token_type=c.token_type_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
             use_layernorm=c.use_layernorm, use_residual=c.use_residual, layer_norm_eps=c.layer_norm_eps,
             init_std=c.init_std))
         # Output layer (eq. 7): W^P, b^P, the head's LayerNorm, and b^O; E is the encoder's item embedding.

@@ -191,6 +191,20 @@ def test_any_ranking_metric_can_select_the_checkpoint(tmp_path, capsys):
     assert row["best_epoch"] == curve.index(max(curve)) + 1 and len(curve) == 4
 
 
+@pytest.mark.parametrize("flags, used", [(set(), "fp32"), ({"avx512_bf16"}, "bf16")])
+def test_rows_record_the_profile_and_the_precision_the_run_really_used(flags, used, tmp_path, capsys, monkeypatch):
+    from recbench.benchmarks import trainer
+
+    monkeypatch.setattr(trainer, "cpu_flags", lambda: flags)
+    code, _, err = run(["--models", "pop", "sasrec", "--profile", "converge", *TINY, "--set", "precision=bf16"],
+                       tmp_path, capsys)
+    assert code == 0 and ("no native bf16" in err) == (used == "fp32")
+    by_model = {row["model"]: row for row in rows(tmp_path) if row["protocol"] == "full"}
+    assert {row["profile"] for row in by_model.values()} == {"converge"}
+    assert by_model["sasrec"]["precision"] == used and by_model["sasrec"]["train_settings"]["precision"] == "bf16"
+    assert by_model["pop"]["precision"] is None  # no gradient training, no precision
+
+
 def test_user_errors_are_one_or_two_lines_and_debug_shows_the_traceback(tmp_path, capsys):
     code, _, err = run(["--models", "pop", "--device", "tpu"], tmp_path, capsys)
     assert code == 2 and err.strip() == "error: unknown device 'tpu'; expected one of auto, cpu, cuda, cuda:N"

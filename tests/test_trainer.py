@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from recbench.benchmarks import trainer as trainer_module
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings, resolve_device
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.bprmf import BPRMF, BPRMFConfig
@@ -241,3 +242,39 @@ def test_without_patience_training_runs_to_max_steps_and_tests_the_selected_step
     assert report.best_epoch == 1 and report.best_step == 5 and torch.equal(model.item_factors.weight, snapshots[0])
     budgeted = trainer(patience=None, max_epochs=100_000, max_steps=10**9, time_budget_s=0.3)
     assert budgeted.fit(new_model(), toy_split().train(), None).stopped_by == "time budget"
+
+
+# ------------------------------------------------------------------------------------------- precision
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
+                       "flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert trainer_module.cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    assert trainer_module.cpu_flags(tmp_path / "absent") == set()  # not Linux: no native bf16 known
+
+
+def bf16_fit(monkeypatch, flags: set) -> tuple:
+    """A SASRec-CE fit with precision=bf16 on a CPU whose flags are ``flags``; its report and its weights."""
+    from recbench.models.sasrec import SASRecCE, SASRecConfig
+
+    monkeypatch.setattr(trainer_module, "cpu_flags", lambda: flags)
+    torch.manual_seed(0)
+    model = SASRecCE(40, 60, SASRecConfig(max_len=10, hidden=16, dropout=0.0, attention_dropout=0.0))
+    report = trainer(max_epochs=2, precision="bf16").fit(model, toy_split().train(), None)
+    return report, model.item_embedding.detach().clone()
+
+
+def test_bf16_trains_in_fp32_on_a_cpu_without_native_bf16_and_says_so_in_one_line(monkeypatch, capsys):
+    report, weights = bf16_fit(monkeypatch, {"fpu", "avx2"})
+    message = capsys.readouterr().err.strip().splitlines()
+    assert len(message) == 1 and "no native bf16" in message[0] and "fp32" in message[0]
+    assert report.precision == "fp32"  # what the run really used, which its rows record
+
+
+def test_bf16_autocasts_on_a_cpu_with_native_bf16(monkeypatch, capsys):
+    report, weights = bf16_fit(monkeypatch, {"avx512_bf16"})
+    assert report.precision == "bf16" and capsys.readouterr().err == ""
+    fp32, fp32_weights = bf16_fit(monkeypatch, set())
+    assert not torch.equal(weights, fp32_weights)  # the products really ran in bf16
+    assert report.curve[-1]["loss"] == pytest.approx(fp32.curve[-1]["loss"], rel=0.05)  # and learned the same
