@@ -147,6 +147,9 @@ def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monk
     ("lr=-1", "pop, bprmf: lr=-1.0 must be > 0"),
     ("foo:hidden=4", "--set 'foo:hidden=4': unknown model 'foo'; expected one of pop, bprmf, "),
     ("bprmf:layers=2", "--set 'bprmf:layers=2': unknown field 'layers'; expected one of batch_size, betas, "),
+    # Issue 29: a trainer setting for the one model that is not trained was accepted and changed nothing.
+    ("pop:lr=0.1", "--set 'pop:lr=0.1': pop is fitted without gradient training, so the trainer setting 'lr' would "
+                   "change nothing; drop it"),
     ("bprmf:hidden=-4", "bprmf: hidden=-4 must be >= 1"),
     ("gru4rec:loss=xyz", "gru4rec: loss='xyz' must be one of top1, bpr"),
     ("sasrec:heads=3", "sasrec: heads=3 must divide hidden=64"),
