@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from recbench.benchmarks.metrics import DEFAULT_METRICS, per_user_metrics
-from recbench.reports import generate_report
+from recbench.reports import generate_report, names
 from recbench.reports.__main__ import main as cli
 from recbench.reports.published import load_published
 from recbench.reports.render import latex_escape
@@ -667,3 +667,36 @@ def test_the_report_counts_planned_jobs_in_words_not_as_an_option(tmp_path):
     report = generate_report(write_results(tmp_path, rows, config=config)).read_text()
     (line,) = [line for line in report.splitlines() if line.startswith("- Run configuration")]
     assert '"jobs"' not in line and "3 job(s) were planned into this folder" in line
+
+
+def test_the_tuning_tables_marks_follow_holm_corrected_p_values_not_raw_ones(tmp_path):
+    """Issue 29: the tuning report's test checked only the note's words, so raw p-values passed it. Here the level
+    lies between the smallest raw p-value and its Holm-adjusted value: a raw test marks that cell, Holm does not."""
+    from recbench.reports.tuning import default_vs_tuned_table
+
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, study="tuning", variant=variant,
+                        counts=counts_for("ml-1m", model, 5, "pop100", scale))
+            for model in ("sasrec", "bert4rec") for variant, scale in (("default", 1.0), ("tuned", 0.75))]
+    results, per_user = load_results(write_results(tmp_path, rows)), PerUser(tmp_path)
+    raw = {}  # (model, metric) -> (t-test p, Wilcoxon p), from each user's values
+    for model in ("sasrec", "bert4rec"):
+        pair = [results.select(model=model, variant=variant) for variant in ("default", "tuned")]
+        for metric in DEFAULT_METRICS:
+            test = per_user.compare(*pair, metric)
+            raw[(model, metric)] = (test.t_pvalue, test.wilcoxon_pvalue)
+    adjusted = {}
+    for kind in (0, 1):  # Holm over the table's comparisons, one family per kind of test
+        running = 0.0
+        for i, cell in enumerate(sorted(raw, key=lambda cell: raw[cell][kind])):
+            running = max(running, min(1.0, (len(raw) - i) * raw[cell][kind]))
+            adjusted[(cell, kind)] = running
+    smallest = min(raw, key=lambda cell: raw[cell][0])
+    alpha = (raw[smallest][0] * adjusted[(smallest, 0)]) ** 0.5
+    assert raw[smallest][0] < alpha < adjusted[(smallest, 0)]
+    table = default_vs_tuned_table(results, "pop100", per_user, alpha)
+    for row in table.rows:
+        model = next(m for m in ("sasrec", "bert4rec") if row[1].text == names.model_name(m))
+        cell = (model, row[2].text)
+        expected = ("†" if adjusted[(cell, 0)] < alpha else "") + ("‡" if adjusted[(cell, 1)] < alpha else "")
+        assert row[3].marks + row[4].marks == expected, cell
+    assert f"Holm's correction for the {len(raw)} comparisons of this table" in " ".join(table.notes)
