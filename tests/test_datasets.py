@@ -375,6 +375,11 @@ def test_offline_message_without_a_data_dir(monkeypatch, cache):
 
 # --- real data (staged copies; skipped where absent) ---------------------------------------------------------
 
+def test_a_skipped_real_data_test_says_how_to_run_it():
+    """Issue 29: the skip said the folder was absent, not that RECBENCH_DATA_DIR turns these tests on."""
+    assert "set RECBENCH_DATA_DIR to the folder of the dataset files" in requires_shared_data.kwargs["reason"]
+
+
 @requires_shared_data
 def test_ml1m_full_sequences_give_the_paper_counts(cache):
     data = load_dataset("ml-1m", SHARED_DATA, cache, download=False)
