@@ -135,6 +135,10 @@ def test_the_bar_counts_to_what_ends_the_run_and_promises_no_time_when_early_sto
     assert report.stopped_by == "early stopping" and bars[-1].total is None and bars[-1].n == report.steps_run
     shown = str(bars[-1])
     assert "epoch 4 of at most 200" in shown and "no better for 2/2 validations" in shown and "<" not in shown
+    # Patience longer than the run (BERT4Rec's smoke profile: 20 validations, 15 epochs): the epoch cap ends it.
+    validate, _ = scripted_validator([0.1] * 3)
+    report = trainer(max_epochs=3, patience=2, progress=True).fit(new_model(), split.train(), validate)
+    assert report.stopped_by == "max epochs" and bars[-1].total == bars[-1].n == report.steps_run
 
 
 def test_bad_settings_and_devices_are_explained():
