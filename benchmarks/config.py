@@ -48,6 +48,7 @@ PROFILE_TABLES = ("smoke", "converge")  # the profiles written as tables over th
 # The tables of a model's configuration: "search" is its tuning space (benchmarks.search), "tuned_from" names the
 # tuning study that chose a --config file's settings (written by benchmarks.tune, carried into the result rows).
 SECTIONS = ("model", "train", *PROFILE_TABLES, "search", "tuned_from")
+TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainSettings))  # what a [train] table may set
 
 
 @dataclass
@@ -207,9 +208,6 @@ def _build(kind, values: dict, origin: str):
         if name not in hints:
             raise ValueError(f"{origin}: {unknown('field', name, sorted(hints))}")
     return kind(**{name: _coerce(name, value, hints[name]) for name, value in values.items()})
-
-
-TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainSettings))
 
 
 def fields_of(model_name: str) -> tuple[set[str], set[str]]:

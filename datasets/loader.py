@@ -197,12 +197,12 @@ def _prepare_cached(spec: DatasetSpec, located: Located, cache: Path, progress: 
     _status(progress, f"{spec.name}: {len(interactions):,} interactions read; filtering, ordering and renumbering")
     data = prepare(interactions, source.preprocessing, spec.name, provenance)
     data.save(cached)
-    _status(progress, f"{spec.name}: prepared in {time.perf_counter() - started:.1f}s: {_what_was_kept(data)}; "
+    _status(progress, f"{spec.name}: prepared in {time.perf_counter() - started:.1f}s: {_dropped_and_left(data)}; "
                       f"cached at {cached}")
     return data
 
 
-def _what_was_kept(data: SequenceData) -> str:
+def _dropped_and_left(data: SequenceData) -> str:
     """What preprocessing dropped, step by step, and what is left, from the counts ``prepare`` recorded."""
     counts, settings = data.provenance["counts"], data.provenance["preprocessing"]
     steps = [f"{counts['rows'] - counts['after_duplicates']:,} repeated (user, item) row(s)"]
@@ -231,7 +231,7 @@ def load_log(log: InteractionLog, name: str, cache_dir: str | Path | None = None
     if isinstance(log.source, pd.DataFrame):
         provenance = {"dataset": name, "source": "DataFrame", "rows": len(log.source), "format": fmt.describe()}
         data = prepare(frame_interactions(log.source, fmt, name), fmt.preprocessing, name, provenance)
-        _status(progress, f"{name}: {_what_was_kept(data)}")
+        _status(progress, f"{name}: {_dropped_and_left(data)}")
         return data
     path = Path(log.source).expanduser()
     if not path.is_file():
@@ -248,7 +248,7 @@ def load_log(log: InteractionLog, name: str, cache_dir: str | Path | None = None
                   "format": fmt.describe()}
     data = prepare(read_log(path, fmt), fmt.preprocessing, name, provenance)
     data.save(cached)
-    _status(progress, f"{name}: {_what_was_kept(data)}; cached at {cached}")
+    _status(progress, f"{name}: {_dropped_and_left(data)}; cached at {cached}")
     return data
 
 
