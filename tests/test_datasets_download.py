@@ -77,9 +77,11 @@ def server():
 
 @pytest.fixture
 def urls(monkeypatch):
-    """A private copy of the registry's URL table, so tests can point datasets at the local server."""
+    """A private copy of the registry's URL table, so tests can point datasets at the local server; and no data
+    folder from $RECBENCH_DATA_DIR (set for the real-data tests), whose files would be read instead of a download."""
     table = dict(registry.URLS)
     monkeypatch.setattr(registry, "URLS", table)
+    monkeypatch.delenv("RECBENCH_DATA_DIR", raising=False)
     return table
 
 
