@@ -36,7 +36,7 @@ from pathlib import Path
 from recbench.benchmarks.trainer import TrainSettings
 from recbench.datasets.errors import unknown
 from recbench.models import is_registered, model_class, model_origin, short_name
-from recbench.models.base import setting_error, show
+from recbench.models.base import NeuralRecommender, setting_error, show
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 # "paper": the authors' settings and schedule, as written in [model] and [train]. "converge": the same models and
@@ -48,6 +48,7 @@ PROFILE_TABLES = ("smoke", "converge")  # the profiles written as tables over th
 # The tables of a model's configuration: "search" is its tuning space (benchmarks.tuning.space), "tuned_from" names the
 # tuning study that chose a --config file's settings (written by benchmarks.tune, carried into the result rows).
 SECTIONS = ("model", "train", *PROFILE_TABLES, "search", "tuned_from")
+TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainSettings))  # what a [train] table may set
 
 
 @dataclass
@@ -223,8 +224,7 @@ def _build(kind, values: dict, origin: str):
 
 def fields_of(model_name: str) -> tuple[set[str], set[str]]:
     """(model fields, trainer fields) a setting of ``model_name`` may name."""
-    return ({f.name for f in dataclasses.fields(model_class(model_name).Config)},
-            {f.name for f in dataclasses.fields(TrainSettings)})
+    return {f.name for f in dataclasses.fields(model_class(model_name).Config)}, set(TRAIN_FIELDS)
 
 
 def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: list[str] | tuple = (),
@@ -267,7 +267,7 @@ def check_overrides(overrides, model_names: list[str]) -> list[str]:
     for name in model_names:
         model_fields, train_fields = fields_of(name)
         known |= model_fields | train_fields
-    known |= {f.name for f in dataclasses.fields(TrainSettings)}
+    known |= TRAIN_FIELDS
     notes = []
     for text in overrides:
         target, field, _ = parse_override(text)
@@ -279,6 +279,11 @@ def check_overrides(overrides, model_names: list[str]) -> list[str]:
         fields = known if target is None else set().union(*fields_of(target))
         if field not in fields:
             raise ConfigError(f"--set {text!r}: {unknown('field', field, sorted(fields))}")
+        if target is not None and field in TRAIN_FIELDS and not issubclass(model_class(target), NeuralRecommender):
+            # Only a prefixed one: an unprefixed trainer setting, meant for the grid's trained models, still enters
+            # POP's settings and job key as before, so no key of an earlier run changes.
+            raise ConfigError(f"--set {text!r}: {target} is fitted without gradient training, so the trainer "
+                              f"setting {field!r} would change nothing; drop it")
     return notes
 
 

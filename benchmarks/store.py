@@ -16,7 +16,9 @@
   :data:`TUNING_STUDY` and its variants; the report reads them by the same names.
 
 Every change re-reads the files under an exclusive lock (``results.jsonl.lock``), so that runs sharing a folder
-(two processes, or a rerun beside a running job) keep each other's rows.
+(two processes, or a rerun beside a running job) keep each other's rows. A job being run holds a claim beside its
+checkpoint (:func:`claimed`), so that a second run never trains the same job at the same time, from the same
+checkpoint file.
 """
 from __future__ import annotations
 
@@ -72,6 +74,39 @@ def write_atomic(path: Path, content: bytes | str) -> None:
     else:
         tmp.write_bytes(content)
     tmp.replace(path)
+
+
+class ClaimedElsewhere(OSError):
+    """Another live process holds the claim on a job (:func:`claimed`): it is running that job now."""
+
+
+@contextmanager
+def claimed(path: Path, holder: str):
+    """Hold the claim file ``path`` exclusively while the block runs, with ``holder`` (who runs the job) written
+    in it; raise :class:`ClaimedElsewhere` with the text of the process that holds it. The lock belongs to the
+    open file, so the kernel frees it when its process ends, however it ends (kill -9 included): a claim never
+    outlives its process, and a resumed run takes it over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            text = handle.read().strip() or "another process"
+            handle.close()
+            raise ClaimedElsewhere(text) from None
+        if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+            break
+        handle.close()  # its last holder removed the file after this process opened it: claim the new one
+    try:
+        handle.truncate(0)
+        handle.write(holder)
+        handle.flush()
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while locked: a process that opened it meanwhile sees it gone and retries
+        handle.close()
 
 
 def write_json(path: Path, payload) -> None:

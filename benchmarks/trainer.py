@@ -226,13 +226,13 @@ class Trainer:
         state, resumed_from = self._restore(session)
         session.started = time.perf_counter() - state.train_seconds
         session.cpu_started = time.process_time() - state.cpu_seconds
-        with self._progress_bar(model, state) as bar:
+        with self._progress_bar(session, state, validate) as bar:
             while state.stopped_by is None:
                 cut_short = self._train_epoch(session, state, bar)
                 self._validate_and_decide(session, state, validate, cut_short)
                 state.train_seconds = time.perf_counter() - session.started
                 state.cpu_seconds = time.process_time() - session.cpu_started
-                self._show(bar, state, validate)
+                self._show(bar, session, state, validate)
                 self._save(session, state)
         if state.best_weights is not None:
             model.load_state_dict(state.best_weights)
@@ -310,8 +310,7 @@ class Trainer:
                 cut_short = "max steps"
             if (b + 1) % FINITE_CHECK_STEPS == 0 or cut_short or b + 1 == session.batches_per_epoch:
                 self._check_finite(model, recent, epoch, b)
-            if s.max_steps is not None:
-                bar.update(1)
+            bar.update(1)
             if cut_short:
                 break
         mean_loss = loss_sum.item() / (b + 1)
@@ -387,21 +386,58 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- the progress bar
 
-    def _progress_bar(self, model: NeuralRecommender, state: TrainState) -> tqdm:
-        """Counts what will end the run: steps when a step cap is set, else epochs."""
-        steps = self.settings.max_steps
-        return tqdm(total=steps or self.settings.max_epochs, initial=state.step if steps else state.epoch,
-                    desc=model.name, unit="step" if steps else "epoch", disable=not self.run.progress,
-                    dynamic_ncols=True, leave=False)
+    def _caps(self, session: _Session) -> tuple[int, int]:
+        """(steps, epochs) after which the run ends unless something ends it sooner: the step cap or the epoch
+        cap, whichever comes first (a smoke profile keeps the authors' 400,000 steps and ends after 15 epochs)."""
+        s = self.settings
+        steps = min(s.max_steps or math.inf, s.max_epochs * session.batches_per_epoch)
+        return steps, math.ceil(steps / session.batches_per_epoch)
 
-    def _show(self, bar: tqdm, state: TrainState, validate: Validator | None) -> None:
-        """The epoch's loss and the best validation value; a bar ended by the time budget stays on screen and
-        says so."""
-        if self.settings.max_steps is None:
-            bar.update(1)
-        best = f"{state.best_metric:.4f}" if state.best_metric > -math.inf else "–"
-        bar.set_postfix(epoch=state.epoch, loss=f"{state.history[-1]['loss']:.4f}",
-                        **({f"best {self.settings.valid_metric}": best} if validate else {}))
+    def _early_stopping_can_end(self, session: _Session, validate: Validator | None) -> bool:
+        """Whether early stopping can end the run before its caps. The first validation always improves, so it
+        takes ``patience`` more, and a stop at the last validation is the cap's: with at most patience + 1
+        validations the caps decide (BERT4Rec's smoke profile: patience 20, 15 epochs)."""
+        s = self.settings
+        if validate is None or s.patience is None:
+            return False
+        return math.ceil(self._caps(session)[1] / s.valid_every) > s.patience + 1
+
+    def _end_known(self, session: _Session, validate: Validator | None) -> bool:
+        """Whether the caps end the run: no early stopping, pruning callback or budget can end it sooner."""
+        s = self.settings
+        prunable = validate is not None and self.run.on_validation is not None
+        return not (self._early_stopping_can_end(session, validate) or prunable or s.time_budget_s is not None
+                    or s.cpu_budget_s is not None)
+
+    def _progress_bar(self, session: _Session, state: TrainState, validate: Validator | None) -> tqdm:
+        """Counts steps. When the caps end the run, the bar runs to that step and its time left is the run's, at
+        the run's average speed so far, validation included (``smoothing=0``: a validation pause then neither
+        hides in nor swamps the estimate). When early stopping, a pruner or a budget may end it, nobody knows
+        when: the bar shows the steps done, the speed and (:meth:`_show`) the epoch against its cap and how close
+        early stopping is, and no time left, since a time to the cap would promise hours for a run that early
+        stopping ends in minutes."""
+        steps, _ = self._caps(session)
+        known = self._end_known(session, validate)
+        return tqdm(total=steps if known else None, initial=state.step, desc=session.model.name, unit="step",
+                    smoothing=0, disable=not self.run.progress, dynamic_ncols=True, leave=False,
+                    bar_format=None if known else "{desc}: {n_fmt} steps [{elapsed}, {rate_fmt}{postfix}]")
+
+    def _show(self, bar: tqdm, session: _Session, state: TrainState, validate: Validator | None) -> None:
+        """The epoch against its cap, the loss, the best validation value and, with early stopping, how many of
+        the validations it waits for have passed without a better value, and the budgets that may end the run;
+        a bar ended by the time budget stays on screen and says so."""
+        s, (_, epochs) = self.settings, self._caps(session)
+        known = self._end_known(session, validate)
+        shown = [f"epoch {state.epoch}/{epochs}" if known else f"epoch {state.epoch} of at most {epochs}",
+                 f"loss {state.history[-1]['loss']:.4f}"]
+        if validate is not None:
+            best = f"{state.best_metric:.4f}" if state.best_metric > -math.inf else "–"
+            shown.append(f"best {s.valid_metric} {best}")
+            if self._early_stopping_can_end(session, validate):
+                shown.append(f"no better for {state.bad_validations}/{s.patience} validations")
+        shown += [f"{name} {value:g} s" for name, value in (("time budget", s.time_budget_s),
+                                                             ("CPU budget", s.cpu_budget_s)) if value is not None]
+        bar.set_postfix_str(", ".join(shown))
         if state.stopped_by == "time budget" and not bar.disable:  # a disabled bar has no description
             bar.set_description_str(f"{bar.desc}: stopped by the {self.settings.time_budget_s:g} s time budget")
             bar.leave = True

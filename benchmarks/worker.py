@@ -1,7 +1,8 @@
 """One job, start to end, wherever it runs (this process, a joblib worker process, a Dask worker): build the
 model, train it with validation as the selection rule, test the selected checkpoint once under each protocol,
-and hand back the result rows and the files behind them. A worker writes nothing but its own checkpoint; the
-driver (:mod:`benchmarks.grid`) records what it returns.
+and hand back the result rows and the files behind them. A worker writes nothing but its own checkpoint and
+the claim beside it (so that no second run trains the same job meanwhile); the driver (:mod:`benchmarks.grid`)
+records what it returns.
 
 A job's ``task`` is ``next-item`` (rank the test target among each protocol's candidates) or ``relevance``
 (judge each user's test pair, ``benchmarks.relevance``): a model trained for relevance is selected on the
@@ -16,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import socket
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +38,7 @@ from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.planner import selection_metric
 from recbench.benchmarks.provenance import PeakMemory, describe_device, library_versions
 from recbench.benchmarks.relevance import TASK as RELEVANCE, RelevanceEvaluator, calibrate
+from recbench.benchmarks.store import ClaimedElsewhere, claimed, now
 from recbench.benchmarks.trainer import TrainRun, fit_model, resolve_device
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models import model_class
@@ -63,6 +67,7 @@ class JobPayload:
     test: bool = True  # False: a tuning trial, trained and validated only; its one row is the validation result
     device_pool: object = None  # a queue of CUDA devices shared by local workers, or None
     driver_pid: int = field(default_factory=os.getpid)  # the process that planned the job
+    driver_host: str = field(default_factory=socket.gethostname)
 
 
 @dataclass
@@ -107,7 +112,8 @@ def run_job(payload: JobPayload, data: SequenceData, log=None) -> JobOutcome:
         if payload.threads:
             torch.set_num_threads(payload.threads)
         device = payload.device_pool.get() if payload.device_pool is not None else payload.device
-        rows, files, trained = train_and_test(payload, data, resolve_device(device), log or (lambda *_: None))
+        with _claim(payload):
+            rows, files, trained = train_and_test(payload, data, resolve_device(device), log or (lambda *_: None))
         return JobOutcome(job.key, job.run_id, "finished", rows, files, seconds=time.perf_counter() - started,
                           trained=trained)
     except Exception as error:  # noqa: BLE001  (every failure of one job is recorded; the grid goes on)
@@ -116,6 +122,23 @@ def run_job(payload: JobPayload, data: SequenceData, log=None) -> JobOutcome:
     finally:
         if payload.device_pool is not None and device is not None:
             payload.device_pool.put(device)
+
+
+@contextmanager
+def _claim(payload: JobPayload):
+    """The job's claim beside its checkpoint (``benchmarks.store.claimed``) while this process runs it. A second run
+    of the job while the first is still going (a rerun beside it, or a ``--resume`` after killing a wrapper such as
+    ``timeout`` whose Python process lives on) fails with one line, instead of training from the checkpoint file
+    the first run keeps writing and then replacing the rows of one run with the other's."""
+    worker = "" if os.getpid() == payload.driver_pid else f" (its worker process {os.getpid()})"
+    holder = f"process {payload.driver_pid} on {payload.driver_host}{worker}, since {now()}"
+    try:
+        with claimed(Path(payload.checkpoint).with_suffix(".claim"), holder):
+            yield
+    except ClaimedElsewhere as error:
+        raise ClaimedElsewhere(f"another run is training this job now: {error}; it records the result when it "
+                               f"ends. If that run should not be going on, end that process, then rerun with "
+                               f"--resume to continue from its checkpoint") from None
 
 
 _watching_driver = False

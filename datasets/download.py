@@ -48,8 +48,10 @@ def download(url: str, dest: str | Path, sha256: str | None = None, progress: bo
     except urllib.error.HTTPError as exc:
         raise DownloadError(f"downloading {url} failed: HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-        raise DownloadError(f"downloading {url} failed: {getattr(exc, 'reason', exc)}; "
-                            f"{part} keeps what arrived and the next attempt resumes from it") from exc
+        arrived = part.stat().st_size if part.exists() else 0
+        kept = (f"{part} keeps the {arrived:,} bytes that arrived and the next attempt resumes from it" if arrived
+                else "nothing arrived (offline, or the server is down)")
+        raise DownloadError(f"downloading {url} failed: {getattr(exc, 'reason', exc)}; {kept}") from exc
     size = part.stat().st_size
     if total is not None and size != total:
         raise DownloadError(f"downloading {url} stopped at {size} of {total} bytes; "

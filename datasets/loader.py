@@ -197,9 +197,24 @@ def _prepare_cached(spec: DatasetSpec, located: Located, cache: Path, progress: 
     _status(progress, f"{spec.name}: {len(interactions):,} interactions read; filtering, ordering and renumbering")
     data = prepare(interactions, source.preprocessing, spec.name, provenance)
     data.save(cached)
-    _status(progress, f"{spec.name}: prepared in {time.perf_counter() - started:.1f}s ({data.n_users:,} users, "
-                      f"{data.n_items:,} items, {data.n_actions:,} actions), cached at {cached}")
+    _status(progress, f"{spec.name}: prepared in {time.perf_counter() - started:.1f}s: {_dropped_and_left(data)}; "
+                      f"cached at {cached}")
     return data
+
+
+def _dropped_and_left(data: SequenceData) -> str:
+    """What preprocessing dropped, step by step, and what is left, from the counts ``prepare`` recorded."""
+    counts, settings = data.provenance["counts"], data.provenance["preprocessing"]
+    steps = [f"{counts['rows'] - counts['after_duplicates']:,} repeated (user, item) row(s)"]
+    if settings["min_item_interactions"]:
+        steps.append(f"{counts['after_duplicates'] - counts['after_item_filter']:,} row(s) of items with fewer than "
+                     f"min_item_interactions={settings['min_item_interactions']}")
+    if settings["min_user_interactions"]:
+        users = counts["users_before_user_filter"] - data.n_users
+        steps.append(f"{users:,} user(s) with fewer than min_user_interactions={settings['min_user_interactions']} "
+                     f"({counts['after_item_filter'] - counts['after_user_filter']:,} row(s))")
+    return (f"{counts['rows']:,} rows; dropped {', '.join(steps)}; left {data.n_users:,} users, {data.n_items:,} "
+            f"items, {data.n_actions:,} interactions")
 
 
 def _status(progress: bool, message: str) -> None:
@@ -215,7 +230,9 @@ def load_log(log: InteractionLog, name: str, cache_dir: str | Path | None = None
     fmt = log.format
     if isinstance(log.source, pd.DataFrame):
         provenance = {"dataset": name, "source": "DataFrame", "rows": len(log.source), "format": fmt.describe()}
-        return prepare(frame_interactions(log.source, fmt, name), fmt.preprocessing, name, provenance)
+        data = prepare(frame_interactions(log.source, fmt, name), fmt.preprocessing, name, provenance)
+        _status(progress, f"{name}: {_dropped_and_left(data)}")
+        return data
     path = Path(log.source).expanduser()
     if not path.is_file():
         raise MissingDataError(f"dataset {name!r}: {path}: no such file")
@@ -231,6 +248,7 @@ def load_log(log: InteractionLog, name: str, cache_dir: str | Path | None = None
                   "format": fmt.describe()}
     data = prepare(read_log(path, fmt), fmt.preprocessing, name, provenance)
     data.save(cached)
+    _status(progress, f"{name}: {_dropped_and_left(data)}; cached at {cached}")
     return data
 
 

@@ -10,8 +10,8 @@ filters ``min_item_interactions`` then ``min_user_interactions``; ids renumbered
 DataFrame with the same rows give the same prepared data, hence the same content hash.
 
 A file is read whole before anything is prepared, and every fault is one line naming the file, the line and the
-column (``clicks.csv: line 7: expected an item id in column 'iid'; found '12,,1700000000'``); a DataFrame's faults
-name its row.
+column, and quoting the cell (``clicks.csv: line 7: expected a time (...) in column 'ts'; found 'yesterday'``); a
+DataFrame's faults name its row.
 
 On the command line a log is named by its path (its name is the file's stem: ``clicks`` for ``data/clicks.csv``)
 or as ``NAME=PATH``, with ``--columns user=uid item=iid time=ts`` and ``--filters min_rating=4``
@@ -164,6 +164,7 @@ def read_log(path: str | Path, fmt: LogFormat) -> Interactions:
         if not any(header) or len(set(header)) < len(header):
             raise DatasetFormatError(where, 1, "a header line naming the columns, each once",
                                      found=sep.join(header) or "an empty line")
+        _check_separator(header, sep, where)
         roles = _roles(fmt, header, where, f"the header (separator {sep!r})")
         with open_binary(path) as stream:  # one more column than the header names: it catches longer lines
             frame = pd.read_csv(stream, sep=sep, header=None, names=[*header, _EXTRA], skiprows=1, dtype=str,
@@ -193,6 +194,16 @@ def frame_interactions(frame: pd.DataFrame, fmt: LogFormat, name: str) -> Intera
         raise DatasetFormatError(where, None, "rows of interactions", found="none")
     chosen = frame[[columns[name] for name in roles.values()]].set_axis(list(roles.values()), axis=1)
     return _interactions(chosen.reset_index(drop=True), roles, fmt, _FrameRows(where))
+
+
+def _check_separator(header: list[str], sep: str, where: str) -> None:
+    """A header that is one column when split at ``sep`` but several at another separator (a ';'-separated file
+    read with the comma) is an error that names the separator to give, not the columns to name."""
+    other = next((s for s in (";", "\t", ",", "|") if s != sep and len(header) == 1 and s in header[0]), None)
+    if other is not None:
+        option = "sep=tab" if other == "\t" else f"sep={other}"
+        raise ValueError(f"{where}: line 1: the header {header[0]!r} is one column when split at {sep!r}, but its "
+                         f"names are separated by {other!r}; read the file with --columns '{option}'")
 
 
 def _roles(fmt: LogFormat, columns: list[str], where: str, what: str) -> dict[str, str]:
@@ -241,8 +252,10 @@ class _FileRows:
     def __init__(self, path: Path, first_line: int):
         self.path, self.first_line, self.where, self.unit = path, first_line, str(path), "line"
 
-    def error(self, row: int, column: str, expected: str) -> DatasetFormatError:
-        return self.fault(row, f"{expected} in column {column!r}")
+    def error(self, row: int, column: pd.Series, expected: str) -> DatasetFormatError:
+        """The fault of one cell, quoted: the cell says what is wrong, where the whole line would hide it."""
+        return DatasetFormatError(self.where, self.first_line + row, f"{expected} in column {column.name!r}",
+                                  found=str(column.iloc[row])[:120])
 
     def fault(self, row: int, expected: str) -> DatasetFormatError:
         line, found = self.first_line + row, ""
@@ -260,19 +273,21 @@ class _FrameRows:
     def __init__(self, where: str):
         self.where, self.first_line, self.unit = where, 0, "row"
 
-    def error(self, row: int, column: str, expected: str) -> DatasetFormatError:
-        return DatasetFormatError(self.where, row, f"{expected} in column {column!r}", unit="row")
+    def error(self, row: int, column: pd.Series, expected: str) -> DatasetFormatError:
+        """The fault of one cell, quoted unless it is missing (None, NaN)."""
+        cell = column.iloc[row]
+        return DatasetFormatError(self.where, row, f"{expected} in column {column.name!r}",
+                                  found=None if pd.isna(cell) else str(cell)[:120], unit="row")
 
 
 def _interactions(frame: pd.DataFrame, roles: dict, fmt: LogFormat, rows) -> Interactions:
     """Validated, typed interactions of ``frame`` (one column per role), rows below ``min_rating`` left out."""
-    user = _ids(frame[roles["user"]], "a user id", roles["user"], rows)
-    item = _ids(frame[roles["item"]], "an item id", roles["item"], rows)
-    time = (_times(frame[roles["time"]], roles["time"], rows) if "time" in roles
-            else np.arange(len(frame), dtype=np.int64))
+    user = _ids(frame[roles["user"]], "a user id", rows)
+    item = _ids(frame[roles["item"]], "an item id", rows)
+    time = _times(frame[roles["time"]], rows) if "time" in roles else np.arange(len(frame), dtype=np.int64)
     lines = rows.first_line + np.arange(len(frame), dtype=np.int64)
     if "rating" in roles:
-        keep = _numbers(frame[roles["rating"]], "a numeric rating", roles["rating"], rows) >= fmt.min_rating
+        keep = _numbers(frame[roles["rating"]], "a numeric rating", rows) >= fmt.min_rating
         user, item, time, lines = user[keep], item[keep], time[keep], lines[keep]
         if not len(user):
             raise DatasetFormatError(rows.where, None, f"rows rated at least min_rating={fmt.min_rating:g}",
@@ -280,7 +295,7 @@ def _interactions(frame: pd.DataFrame, roles: dict, fmt: LogFormat, rows) -> Int
     return Interactions(rows.where, user, item, time, rows.first_line, lines=lines, unit=rows.unit)
 
 
-def _ids(column: pd.Series, what: str, name: str, rows) -> np.ndarray:
+def _ids(column: pd.Series, what: str, rows) -> np.ndarray:
     """Integer ids as they are, any other ids as codes in sorted order of their text, as the registry's readers
     keep them; the same values give the same codes from a file and from a DataFrame."""
     if pd.api.types.is_integer_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
@@ -288,7 +303,7 @@ def _ids(column: pd.Series, what: str, name: str, rows) -> np.ndarray:
     text = column.astype(str).str.strip().to_numpy(dtype=object)
     missing = column.isna().to_numpy() | (text == "")
     if missing.any():
-        raise rows.error(int(np.flatnonzero(missing)[0]), name, what)
+        raise rows.error(int(np.flatnonzero(missing)[0]), column, what)
     if pd.api.types.is_float_dtype(column.dtype):
         values = column.to_numpy(np.float64)
         if np.all(values == np.round(values)):
@@ -300,22 +315,22 @@ def _ids(column: pd.Series, what: str, name: str, rows) -> np.ndarray:
     return pd.factorize(text, sort=True)[0].astype(np.int64)
 
 
-def _numbers(column: pd.Series, what: str, name: str, rows) -> np.ndarray:
+def _numbers(column: pd.Series, what: str, rows) -> np.ndarray:
     values = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
     bad = ~np.isfinite(values)
     if bad.any():
-        raise rows.error(int(np.flatnonzero(bad)[0]), name, what)
+        raise rows.error(int(np.flatnonzero(bad)[0]), column, what)
     return values
 
 
-def _times(column: pd.Series, name: str, rows) -> np.ndarray:
+def _times(column: pd.Series, rows) -> np.ndarray:
     """An order key per row: integer times as they are, other numbers by rank, dates and times in nanoseconds
     (UTC; a time without a zone is taken as UTC). Only the order matters: preprocessing sorts by it."""
     what = "a time (a number, e.g. unix seconds, or an ISO 8601 date)"
     if pd.api.types.is_datetime64_any_dtype(column.dtype):
         stamps = pd.to_datetime(column, utc=True)
         if stamps.isna().any():
-            raise rows.error(int(np.flatnonzero(stamps.isna().to_numpy())[0]), name, what)
+            raise rows.error(int(np.flatnonzero(stamps.isna().to_numpy())[0]), column, what)
         return _nanoseconds(stamps)
     numbers = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
     if np.isfinite(numbers).all():
@@ -323,10 +338,10 @@ def _times(column: pd.Series, name: str, rows) -> np.ndarray:
         return (numbers.astype(np.int64) if integers.all() and np.abs(numbers).max() < 2 ** 53
                 else np.unique(numbers, return_inverse=True)[1].astype(np.int64))
     if pd.api.types.is_numeric_dtype(column.dtype) or np.isfinite(numbers[0]):  # a column of numbers, but not all
-        raise rows.error(int(np.flatnonzero(~np.isfinite(numbers))[0]), name, what)
+        raise rows.error(int(np.flatnonzero(~np.isfinite(numbers))[0]), column, what)
     stamps = pd.to_datetime(column.astype(str), utc=True, errors="coerce", format="ISO8601")
     if stamps.isna().any():
-        raise rows.error(int(np.flatnonzero(stamps.isna().to_numpy())[0]), name, what)
+        raise rows.error(int(np.flatnonzero(stamps.isna().to_numpy())[0]), column, what)
     return _nanoseconds(stamps)
 
 

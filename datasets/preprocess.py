@@ -39,8 +39,9 @@ class Preprocessing:
     min_user_interactions: int = 5
 
     def __post_init__(self):
-        if self.min_item_interactions < 0 or self.min_user_interactions < 0:
-            raise ValueError(f"filter thresholds must be >= 0, got {self}")
+        for name in ("min_item_interactions", "min_user_interactions"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0 (0 turns the filter off)")
 
     def describe(self) -> dict:
         """The settings plus the fixed steps, as recorded in provenance and the cache key."""
@@ -56,7 +57,8 @@ class Preprocessing:
 
 def prepare(interactions: Interactions, settings: Preprocessing, name: str,
             provenance: dict | None = None) -> SequenceData:
-    """Apply the steps of the module docstring; ``provenance`` gains the row counts after each step."""
+    """Apply the steps of the module docstring; ``provenance`` gains the row counts after each step (and the
+    users before the user filter)."""
     if len(interactions) == 0:
         raise DatasetFormatError(interactions.where, None, "at least one interaction", found="none")
     user = pd.factorize(interactions.user, sort=True)[0].astype(np.int64)
@@ -71,13 +73,13 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
         keep = np.bincount(item)[item] >= settings.min_item_interactions
         user, item, row = _keep(keep, user, item, row)
     counts["after_item_filter"] = len(user)
+    per_user = np.bincount(user)
+    counts["users_before_user_filter"] = int((per_user > 0).sum())
     if settings.min_user_interactions:
-        keep = np.bincount(user)[user] >= settings.min_user_interactions
-        user, item, row = _keep(keep, user, item, row)
+        user, item, row = _keep(per_user[user] >= settings.min_user_interactions, user, item, row)
     counts["after_user_filter"] = len(user)
     if not len(user):
-        raise DatasetFormatError(interactions.where, None,
-                                 f"users left after the filters {settings}", found="none")
+        raise _nothing_left(interactions.where, settings, int(per_user.max(initial=0)))
 
     lengths = np.bincount(user)
     lengths = lengths[lengths > 0]
@@ -96,6 +98,19 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
     new_id = np.cumsum(present)  # ids 1..n_items in ascending original order
     record = dict(provenance or {}, preprocessing=settings.describe(), counts=counts)
     return SequenceData(name, new_id[item], offsets, int(new_id[-1]), record)
+
+
+def _nothing_left(where: str, settings: Preprocessing, longest: int) -> DatasetFormatError:
+    """The error when the filters leave no interaction: which filter removed them all and what to set instead
+    (``longest``: the most interactions a user had after the item filter)."""
+    if not longest:
+        return DatasetFormatError(where, None, f"items left after min_item_interactions="
+                                  f"{settings.min_item_interactions} (no item has that many interactions); lower it "
+                                  f"with --filters min_item_interactions=N")
+    fix = (f"lower it with --filters min_user_interactions={longest}" if longest >= MIN_SPLIT_LENGTH else
+           f"the leave-one-out split needs {MIN_SPLIT_LENGTH} per user, so this log cannot be split")
+    return DatasetFormatError(where, None, f"users left after min_user_interactions={settings.min_user_interactions} "
+                              f"(the most interactions a user has after the item filter is {longest}); {fix}")
 
 
 def _first_occurrences(key: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import matplotlib
 
@@ -24,9 +23,10 @@ from matplotlib.ticker import LogFormatter, MaxNLocator  # noqa: E402
 
 from recbench.reports import names  # noqa: E402
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published, sweep_points  # noqa: E402
-from recbench.reports.results import ResultSet, Row  # noqa: E402
+from recbench.reports.results import SMOKE, SMOKE_LABEL, ResultSet, Row  # noqa: E402
 from recbench.reports.stats import summarize  # noqa: E402
 from recbench.reports.tables import RANKING, group, smoke_label  # noqa: E402
+from recbench.reports.tuning import best_so_far  # noqa: E402
 
 SENSITIVITY_METRICS = ("NDCG@10", "HR@10")  # paper Figs. 3-5
 QUALITY_METRIC = "NDCG@10"
@@ -278,9 +278,11 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
             colour = style[model][0]
             if (model, dataset) in untrained:
                 ax.axhline(value, color=colour, linestyle="--", linewidth=1.5, zorder=1)
-                # The dataset's marker at the line's left end says which dataset the line belongs to.
-                ax.plot([0.015], [value], transform=ax.get_yaxis_transform(), marker=dataset_marker[dataset],
-                        color=colour, markeredgecolor="black", markeredgewidth=0.5, markersize=8, clip_on=False)
+                # Words, not the dataset's marker, say whose line it is: a marker on a log time axis reads as a
+                # point at some number of seconds (issue 29: POP "near 13 s").
+                ax.annotate(f"{names.model_name(model)} on {names.dataset_name(dataset)}, no training",
+                            (0.01, value), xycoords=ax.get_yaxis_transform(), xytext=(0, 3),
+                            textcoords="offset points", color=colour, fontsize="small", va="bottom")
                 continue
             seconds = float(np.mean([r.get("train_seconds") for r in seeds]))
             ax.scatter(seconds, value, s=70, color=colour, marker=dataset_marker[dataset], edgecolor="black",
@@ -311,24 +313,38 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
 
 # ---------------------------------------------------------------------------------------------- attention
 
-def _attention_files(results: ResultSet) -> list[tuple[str, str, int, Path]]:
-    """(dataset, model, seed, path) of the attention maps of the main grid's runs.
+def _attention_files(results: ResultSet) -> list[tuple[Row, Path]]:
+    """(a row of the run, its attention map) of every run with a map, in the order to draw them: per (dataset,
+    model) the main grid's run, else a study's run with the model's own settings (variant ``default``: the
+    ablation's Table 5 row, tuning's default), else any study's run (a sweep's point, a Cloze row); then by seed.
+    A smoke ablation trains no main-grid BERT4Rec, and its maps are the ones a reader of its report wants.
 
-    A row names its run's map in ``attention_file`` (results/README.md); rows written before that key existed
-    are matched by the names ``<dataset>__<model>__seed<seed>.npz`` (or ``<dataset>_<model>_seed<seed>.npz``).
-    Only main-grid rows count, which leaves out the maps of study variants (ablation, sweeps): the figure shows
-    the model the main grid trained."""
+    A row names its run's map in ``attention_file`` (results/README.md); main-grid rows written before that key
+    existed are matched by the names ``<dataset>__<model>__seed<seed>.npz`` (or ``..._seed<seed>.npz``), which
+    no study run had."""
     folder = results.folder / "attention"
     found = {}
-    for row in results.select(study="main"):
-        run = (row.dataset, row.model, row.seed)
+    for row in results.rows:
         named = row.get("attention_file")
         candidates = ([results.folder / named] if named else
-                      [folder / f"{row.dataset}{sep}{row.model}{sep}seed{row.seed}.npz" for sep in ("__", "_")])
+                      [folder / f"{row.dataset}{sep}{row.model}{sep}seed{row.seed}.npz" for sep in ("__", "_")]
+                      if row.study == "main" else [])
         path = next((path for path in candidates if path.is_file()), None)
         if path is not None:
-            found[run] = path
-    return [(*run, path) for run, path in sorted(found.items())]
+            found.setdefault(path, row)
+
+    def order(run: tuple[Row, Path]) -> tuple:
+        row = run[0]
+        own = 0 if row.study == "main" else 1 if row.variant == "default" else 2
+        return row.dataset, row.model, own, row.study, str(row.variant), row.seed
+
+    return sorted(((row, path) for path, row in found.items()), key=order)
+
+
+def _run_title(results: ResultSet, row: Row) -> str:
+    """Which run a figure shows, for its title: the seed, a study run's study and variant, the smoke label."""
+    study = "" if row.study == "main" else f", {row.study}" + (f" run {row.variant!r}" if row.variant else "")
+    return f"(seed {row.seed}{study}){_smoke_title(results, [row])}"
 
 
 def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
@@ -338,21 +354,22 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
     that user's map (kept in the same file, or a single-user file of older runs), one per head of one layer (the
     last by default).
 
-    BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none; the lowest seed's map
-    per (dataset, model)."""
+    BERT4Rec's maps are preferred; other models' maps are drawn only when BERT4Rec has none; one map per
+    (dataset, model), the first readable one in :func:`_attention_files`'s order."""
     files = _attention_files(results)
-    if any(model == names.BERT4REC for _, model, _, _ in files):
-        files = [f for f in files if f[1] == names.BERT4REC]
+    if any(row.model == names.BERT4REC for row, _ in files):
+        files = [(row, path) for row, path in files if row.model == names.BERT4REC]
     if not files:
-        return Outcome([], ["Attention heat maps skipped: no attention/<dataset>__<model>__seed<seed>.npz of a "
-                            "main-grid run."])
+        return Outcome([], ["Attention heat maps skipped: no run in results.jsonl has an attention map "
+                            "(attention_file)."])
     n_items = {}
     for row in results.rows:
         stats = (row.get("dataset_info") or {}).get("stats") or {}
         if "items" in stats:
             n_items.setdefault(row.dataset, stats["items"])
     figures, notes, drawn = [], [], set()
-    for dataset, model, seed, path in sorted(files, key=lambda f: (f[0], f[1], f[2])):
+    for row, path in files:
+        dataset, model = row.dataset, row.model
         if (dataset, model) in drawn:
             continue
         try:
@@ -361,30 +378,29 @@ def attention_figures(results: ResultSet, folder: Path, user: int | None = None,
         except (OSError, ValueError) as error:
             notes.append(f"{path.name}: unreadable as an attention map ({error}); skipped.")
             continue
-        shown = _Shown(dataset, model, seed, _smoke_title(results, results.select(study="main", dataset=dataset,
-                                                                                  model=model, seed=seed)))
+        title = _run_title(results, row)
         if "offsets" in arrays and user is None:  # averaged over the test users
             problem = _average_problem(arrays)
             if problem:
                 notes.append(f"{path.name}: {problem}; skipped.")
                 continue
             drawn.add((dataset, model))
-            figures.append(_average_attention_figure(folder, shown, arrays))
+            figures.append(_average_attention_figure(folder, row, arrays, title))
             continue
         try:
             one = "user_" if "offsets" in arrays else ""  # an averaged file holds one user's map beside the mean
-            weights, items, row = arrays[f"{one}weights"], arrays[f"{one}items"], int(arrays["user"])
+            weights, items, shown = arrays[f"{one}weights"], arrays[f"{one}items"], int(arrays["user"])
         except (KeyError, TypeError, ValueError) as error:
             notes.append(f"{path.name}: unreadable as an attention map ({error!r}); skipped.")
             continue
-        if user is not None and row != user:
+        if user is not None and shown != user:
             continue
         if weights.ndim != 4 or weights.shape[2:] != (len(items), len(items)):
             notes.append(f"{path.name}: weights of shape {weights.shape} do not match (layers, heads, T, T) "
                          f"with T = {len(items)}; skipped.")
             continue
         drawn.add((dataset, model))
-        figures.append(_attention_figure(folder, shown, row, weights, items, layer, n_items.get(dataset)))
+        figures.append(_attention_figure(folder, row, shown, weights, items, layer, n_items.get(dataset), title))
     if user is not None and not figures:
         notes.append(f"Attention heat maps skipped: no attention file holds user {user}.")
     return Outcome(figures, notes)
@@ -401,18 +417,9 @@ def _average_problem(arrays: dict) -> str | None:
     return None
 
 
-class _Shown(NamedTuple):
-    """The run whose attention a figure shows, and what its title says when that run is of the smoke profile."""
-
-    dataset: str
-    model: str
-    seed: int
-    smoke: str
-
-
-def _average_attention_figure(folder, shown: _Shown, arrays: dict) -> Figure:
+def _average_attention_figure(folder, run: Row, arrays: dict, title: str) -> Figure:
     """One heat map per (layer, head): rows are layers, columns heads, as the paper's Fig. 2."""
-    dataset, model, seed, smoke = shown
+    dataset, model = run.dataset, run.model
     weights, users, offsets = arrays["weights"], arrays["users"], arrays["offsets"]
     layers, heads = weights.shape[:2]
     labels = [str(int(offset)) for offset in offsets]
@@ -442,7 +449,7 @@ def _average_attention_figure(folder, shown: _Shown, arrays: dict) -> Figure:
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="mean attention weight")
     fewest, most = int(users[users > 0].min(initial=0)), int(users.max())
     fig.suptitle(f"{names.model_name(model)} attention averaged over {most:,} test users\nlast {len(labels)} "
-                 f"positions, {names.dataset_name(dataset)} (seed {seed}){smoke}")
+                 f"positions, {names.dataset_name(dataset)} {title}")
     return _save(fig, folder, f"attention_{_slug(dataset)}_{_slug(model)}",
                  f"Attention weights among the last {len(labels)} positions of each test input (−1 = the last"
                  f"{', the [MASK]' if bool(arrays['mask_last']) else ''}), every layer and head of "
@@ -466,8 +473,8 @@ def _position_ticks(labels: list[str]) -> list[int]:
     return sorted(set(numbers) | set(masks))
 
 
-def _attention_figure(folder, shown: _Shown, user, weights, items, layer, n_items) -> Figure:
-    dataset, model, seed, smoke = shown
+def _attention_figure(folder, run: Row, user, weights, items, layer, n_items, title: str) -> Figure:
+    dataset, model = run.dataset, run.model
     layers, heads = weights.shape[:2]
     layer_index = layer % layers
     keep = np.flatnonzero(items != 0)  # padding positions carry no attention worth showing
@@ -505,7 +512,7 @@ def _attention_figure(folder, shown: _Shown, user, weights, items, layer, n_item
             ax.tick_params(labelbottom=False)
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (probability)")
     fig.suptitle(f"{names.model_name(model)} attention, layer {layer_index + 1} of {layers}, "
-                 f"{names.dataset_name(dataset)}, user {user} (seed {seed}){smoke}")
+                 f"{names.dataset_name(dataset)}, user {user} {title}")
     return _save(fig, folder, f"attention_{_slug(dataset)}_{_slug(model)}",
                  f"Attention weights of each head of layer {layer_index + 1}/{layers} of "
                  f"{names.model_name(model)} for user {user} on {names.dataset_name(dataset)} "
@@ -560,8 +567,9 @@ def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outco
 # ------------------------------------------------------------------------------------------------- tuning
 
 def tuning_figures(studies: list[dict], folder: Path) -> Outcome:
-    """The best validation value found against the number of trials, one line per tuning study (``tuning.json``,
-    :mod:`reports.tuning`), and each finished trial's value as a point."""
+    """The best validation value found against the trials, one line per tuning study (``tuning.json``,
+    :mod:`reports.tuning`), and each finished trial's value as a point; trials by the study's own numbers, as the
+    tuning tables and ``tuned.toml`` name them (the first is 0)."""
     if not studies:
         return Outcome([], [])
     style = model_style([study["model"] for study in studies])
@@ -569,21 +577,20 @@ def tuning_figures(studies: list[dict], folder: Path) -> Outcome:
     handles, labels = [], []
     for study in studies:
         colour, marker = style[study["model"]]
-        trials = sorted(study["trials"], key=lambda t: t["number"])
-        best, points = None, []
-        for trial in trials:
-            if trial["state"] == "complete" and trial["value"] is not None:
-                best = trial["value"] if best is None else max(best, trial["value"])
-                ax.plot(trial["number"] + 1, trial["value"], marker, color=colour, alpha=0.5, markersize=4)
-            points.append(best)
-        ax.step(range(1, len(points) + 1), [np.nan if p is None else p for p in points], where="post", color=colour)
+        finished = [t for t in study["trials"] if t["state"] == "complete" and t["value"] is not None]
+        ax.plot([t["number"] for t in finished], [t["value"] for t in finished], marker, color=colour, alpha=0.5,
+                markersize=4, linestyle="")
+        best = best_so_far(study)
+        ax.step([number for number, _ in best], [value for _, value in best], where="post", color=colour)
         handles.append(Line2D([], [], color=colour, marker=marker))
         labels.append(f"{names.model_name(study['model'])} on {names.dataset_name(study['dataset'])}")
-    ax.set_xlabel("trials")
+    ax.set_xlabel("trial (its number in the tuning tables)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     objectives = sorted({study["objective"] for study in studies})
     ax.set_ylabel(f"validation {' / '.join(objectives)}")
     _legend_right(fig, handles, labels, title="study")
-    fig.suptitle("Best validation value against trials (line: best so far; points: finished trials)")
+    smoke = sum(study.get("profile") == SMOKE for study in studies)
+    fig.suptitle("Best validation value against trials (line: best so far; points: finished trials)"
+                 + (f"\n{'' if smoke == len(studies) else 'partly '}{SMOKE_LABEL}" if smoke else ""))
     return Outcome([_save(fig, folder, "tuning_best_so_far", "Best validation value found against the number of "
                           "trials, per tuning study.")], [])

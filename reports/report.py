@@ -128,9 +128,10 @@ def _provenance(results: ResultSet) -> list[str]:
     if results.config is not None:
         config = results.config
         shown = {k: config[k] for k in ("profile", "protocols", "device", "data_dir", "seeds") if k in config}
-        if isinstance(config.get("jobs"), list):
-            shown["jobs"] = len(config["jobs"])
-        lines.append(f"- Run configuration (`config.json`): `{json.dumps(shown, sort_keys=True)}`; every job's "
+        # The number of jobs in words: as `"jobs": 3` it read like the --jobs option (parallel workers).
+        planned = (f"{len(config['jobs'])} job(s) were planned into this folder: each one's " if
+                   isinstance(config.get("jobs"), list) else "every job's ")
+        lines.append(f"- Run configuration (`config.json`): `{json.dumps(shown, sort_keys=True)}`; {planned}"
                      f"resolved hyper-parameters are in `config.json` and in each row of `results.jsonl`.")
     else:
         lines.append("- No `config.json` in this folder; each row of `results.jsonl` records its own "

@@ -29,6 +29,17 @@ def _count(study: dict, state: str) -> int:
     return sum(trial["state"] == state for trial in study["trials"])
 
 
+def best_so_far(study: dict) -> list[tuple[int, float]]:
+    """(trial number, best value among finished trials up to it), from the first finished trial on."""
+    points, best = [], None
+    for trial in sorted(study["trials"], key=lambda t: t["number"]):
+        if trial["state"] == "complete" and trial["value"] is not None:
+            best = trial["value"] if best is None else max(best, trial["value"])
+        if best is not None:
+            points.append((trial["number"], best))
+    return points
+
+
 def studies_table(studies: list[dict]) -> Table | None:
     """One row per study: objective, sampler and pruner, trials by state, the best validation value and its
     trial, and the CPU-seconds the trials took."""

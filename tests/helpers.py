@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RECBENCH_DATA_DIR") or ROOT.parent / "shared" / "data")
 
 requires_shared_data = pytest.mark.skipif(
-    not SHARED_DATA.is_dir(), reason=f"real data folder {SHARED_DATA} is absent")
+    not SHARED_DATA.is_dir(), reason=f"real data folder {SHARED_DATA} is absent; set RECBENCH_DATA_DIR to the folder "
+                                     f"of the dataset files (ml-1m_seq_full.txt.gz, beauty.txt.gz, ...) to run it")
 
 
 def chain_data(n_users=300, n_items=150, follow=0.85, seed=0) -> SequenceData:

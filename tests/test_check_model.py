@@ -142,6 +142,20 @@ def test_a_broken_model_fails_the_check_that_concerns_it(cls, check, words):
     assert words in failed[check] and words in str(raised.value)
 
 
+class GlobalDropout(Sound):
+    def loss(self, batch, generator):
+        query = F.dropout(self.query(batch["history"]), 0.5, self.training)  # torch's global generator
+        return F.cross_entropy(query @ self.items.weight.T, batch["target"])
+
+
+def test_a_loss_drawing_from_the_global_generator_is_warned_of_with_the_fix():
+    """Issue 29: the warning named no fix, although the suite has one for dropout."""
+    results = check_model(GlobalDropout, raise_on_failure=False)
+    (draws,) = [result for result in results if result.check == "draws"]
+    assert draws.status == battery.WARNING and "\n" not in draws.message
+    assert "recbench.models.sampling.dropout(x, p, generator) in place of nn.Dropout" in draws.message
+
+
 def test_a_sound_model_passes_and_the_results_can_be_returned_instead_of_raised():
     results = check_model(Sound, raise_on_failure=False)
     assert not [result for result in results if result.status == FAILED]

@@ -134,7 +134,7 @@ def test_ml1m_ratings_dat_in_zip(data_dir, cache):
         5: [1193, 914, 2355, 1197, 661, 3408],
     })
     assert data.provenance["counts"] == {"rows": 38, "after_duplicates": 38, "after_item_filter": 36,
-                                         "after_user_filter": 28}
+                                         "users_before_user_filter": 7, "after_user_filter": 28}
     assert data.provenance["member"] == "ml-1m/ratings.dat"
 
 
@@ -194,7 +194,7 @@ def test_steam_reviews(data_dir, cache):
         "Deathbound": ["725280", "35140", "328100", "631920", "570"],  # the earlier of two 725280 reviews
     })
     assert data.provenance["counts"] == {"rows": 37, "after_duplicates": 36, "after_item_filter": 31,
-                                         "after_user_filter": 25}
+                                         "users_before_user_filter": 7, "after_user_filter": 25}
 
 
 def test_authors_user_item_file_is_kept_as_published(data_dir, cache):
@@ -374,6 +374,11 @@ def test_offline_message_without_a_data_dir(monkeypatch, cache):
 
 
 # --- real data (staged copies; skipped where absent) ---------------------------------------------------------
+
+def test_a_skipped_real_data_test_says_how_to_run_it():
+    """Issue 29: the skip said the folder was absent, not that RECBENCH_DATA_DIR turns these tests on."""
+    assert "set RECBENCH_DATA_DIR to the folder of the dataset files" in requires_shared_data.kwargs["reason"]
+
 
 @requires_shared_data
 def test_ml1m_full_sequences_give_the_paper_counts(cache):

@@ -77,9 +77,11 @@ def server():
 
 @pytest.fixture
 def urls(monkeypatch):
-    """A private copy of the registry's URL table, so tests can point datasets at the local server."""
+    """A private copy of the registry's URL table, so tests can point datasets at the local server; and no data
+    folder from $RECBENCH_DATA_DIR (set for the real-data tests), whose files would be read instead of a download."""
     table = dict(registry.URLS)
     monkeypatch.setattr(registry, "URLS", table)
+    monkeypatch.delenv("RECBENCH_DATA_DIR", raising=False)
     return table
 
 
@@ -182,6 +184,9 @@ def test_offline_lists_the_files_and_the_failures(urls, tmp_path):
     assert "downloading failed" in message and message.count("Download error") == 2
     assert "steam.txt (or steam.txt.gz)" in message and "--data-dir" in message and "RECBENCH_DATA_DIR" in message
     assert "does not exist" in message
+    # Issue 29: it said a .part file "keeps what arrived" when nothing had arrived and there was no such file.
+    assert message.count("nothing arrived (offline, or the server is down)") == 2 and ".part" not in message
+    assert not list(tmp_path.rglob("*.part"))
 
 
 def test_download_false_never_touches_the_network(server, urls, tmp_path):

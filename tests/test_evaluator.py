@@ -161,6 +161,19 @@ def test_popularity_negatives_follow_interaction_counts():
     assert 0.05 < (uniform[200:] == 1).any(axis=1).mean() < 0.16
 
 
+def test_pop100_popularity_counts_every_split_not_only_the_training_prefixes():
+    """PROTOCOL.md, "Negatives": the weight is the item's count over the whole dataset. Item 1 is only ever a last
+    (test) item, of the first 200 users; counted over training prefixes only it would weigh nothing and never be a
+    negative, and every evaluator and dataset test would still pass (issue 29)."""
+    rng = np.random.default_rng(0)
+    sequences = [np.r_[rng.choice(np.arange(2, 1001), size=4, replace=False), [1] if user < 200 else []]
+                 for user in range(400)]
+    data = SequenceData.from_sequences("last", sequences, n_items=1000)
+    assert candidate_weights(data, "pop100")[1] == 200
+    negatives = load_or_sample(data, "test", "pop100", seed=0, cache_dir=None, progress=False)
+    assert (negatives[200:] == 1).any(axis=1).mean() > 0.99 and not (negatives[:200] == 1).any()
+
+
 def test_too_few_items_for_negatives_is_a_clear_error():
     data = SequenceData.from_sequences("tiny", [[1, 2, 3], [2, 3, 4]], n_items=50)
     with pytest.raises(ValueError, match="leaves only 47 items"):

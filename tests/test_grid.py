@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import run_all
 from recbench.benchmarks.store import read_results
@@ -146,6 +147,9 @@ def test_offline_without_data_names_every_missing_dataset(tmp_path, capsys, monk
     ("lr=-1", "pop, bprmf: lr=-1.0 must be > 0"),
     ("foo:hidden=4", "--set 'foo:hidden=4': unknown model 'foo'; expected one of pop, bprmf, "),
     ("bprmf:layers=2", "--set 'bprmf:layers=2': unknown field 'layers'; expected one of batch_size, betas, "),
+    # Issue 29: a trainer setting for the one model that is not trained was accepted and changed nothing.
+    ("pop:lr=0.1", "--set 'pop:lr=0.1': pop is fitted without gradient training, so the trainer setting 'lr' would "
+                   "change nothing; drop it"),
     ("bprmf:hidden=-4", "bprmf: hidden=-4 must be >= 1"),
     ("gru4rec:loss=xyz", "gru4rec: loss='xyz' must be one of top1, bpr"),
     ("sasrec:heads=3", "sasrec: heads=3 must divide hidden=64"),
@@ -252,12 +256,13 @@ def test_two_jobs_at_once_give_the_metrics_of_one_at_a_time(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------ separate processes
 
-def cli(tmp_path, *argv, output="out"):
-    """``python run_all.py`` in a new process group (so that a signal reaches only it and its workers)."""
+def cli(tmp_path, *argv, output="out", wrapper=()):
+    """``python run_all.py`` in a new process group (so that a signal reaches only it and its workers), started
+    by the ``wrapper`` command (e.g. ``timeout 600``) when one is given."""
     env = {**os.environ, "RECBENCH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
     log = open(tmp_path / f"{output}.log", "w")
-    return subprocess.Popen([sys.executable, "run_all.py", *argv, "--output", str(tmp_path / output), "--quiet",
-                             "--no-report"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen([*wrapper, sys.executable, "run_all.py", *argv, "--output", str(tmp_path / output),
+                             "--quiet", "--no-report"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
@@ -318,6 +323,41 @@ def test_killing_the_driver_then_resume_loses_and_duplicates_nothing(tmp_path, j
     assert_each_result_once(tmp_path)
     sasrec = next(row for row in rows(tmp_path) if row["model"] == "sasrec")
     assert sasrec["resumed_from_epoch"] >= 1
+
+
+def test_a_resume_beside_a_run_still_going_leaves_it_the_job_and_then_resumes_it(tmp_path, capsys):
+    """Issue 29: kill -9 of the command one started kills a wrapper (here ``timeout``), not the Python process that
+    trains. A --resume beside that process must not train the job from the checkpoint it keeps writing (its rows
+    would later replace the resumed rows, saying "not resumed"); once that process is ended, the job resumes and
+    its rows record the epoch of the checkpoint it continued from."""
+    argv = ["--models", "sasrec", "--set", "time_budget_s=none", "--set", "sasrec:max_epochs=6", "--set",
+            "sasrec:max_len=30", "--set", "sasrec:patience=100", "--threads", "1"]
+    wrapper = cli(tmp_path, *argv, wrapper=("timeout", "600"))
+    checkpoints = tmp_path / "out" / "checkpoints"
+    wait_for(lambda: any(checkpoints.glob("*sasrec*.pt")) and children(wrapper.pid), wrapper)
+    (trainer,) = children(wrapper.pid)
+    os.kill(trainer, signal.SIGSTOP)  # it holds its job as a running process does, without finishing it meanwhile
+    os.kill(wrapper.pid, signal.SIGKILL)
+    wrapper.wait(timeout=30)
+    try:
+        assert Path(f"/proc/{trainer}").exists()  # the training process outlived the command that started it
+        code, _, err = run([*argv, "--resume"], tmp_path, capsys)
+        assert code == 1 and f"another run is training this job now: process {trainer} on" in err
+        assert "end that process, then rerun with --resume" in err
+        assert not (tmp_path / "out" / "results.jsonl").exists() or not rows(tmp_path)
+    finally:
+        os.kill(trainer, signal.SIGKILL)  # a stopped process dies of it too
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{trainer}/status").exists() and "zombie" not in Path(f"/proc/{trainer}/status").read_text():
+        assert time.monotonic() < deadline, "the training process outlived kill -9"
+        time.sleep(0.1)
+    (checkpoint,) = checkpoints.glob("*sasrec*.pt")
+    epoch = torch.load(checkpoint, weights_only=False)["state"]["epoch"]
+    code, _, _ = run([*argv, "--resume"], tmp_path, capsys)
+    assert code == 0
+    assert {(row["resumed_from_epoch"], row["epochs_run"]) for row in rows(tmp_path)} == {(epoch, 6)}
+    assert (tmp_path / "out" / "failed.jsonl").read_text() == ""  # the refused attempt's failure is gone
+    assert not list(checkpoints.iterdir())  # neither the checkpoint nor its claim is left
 
 
 def test_ctrl_c_stops_with_one_line_saying_how_to_resume(tmp_path):

@@ -67,7 +67,7 @@ def test_preprocessing_is_the_registrys_stable_time_sort_duplicates_and_filters(
     assert data.n_items == 4 and data.n_users == 2
     assert [list(data.sequence(u)) for u in range(2)] == [[3, 2, 4], [2, 1, 3, 4]]
     assert data.provenance["counts"] == {"rows": 10, "after_duplicates": 9, "after_item_filter": 8,
-                                         "after_user_filter": 7}
+                                         "users_before_user_filter": 3, "after_user_filter": 7}
     assert data.provenance["format"]["min_rating"] == 3 and data.provenance["file"] == str(path)
 
 
@@ -93,12 +93,17 @@ GOOD = "uid,iid,ts,stars\nu1,7,100,5\nu1,8,101,4\nu1,9,102,5\n"
 @pytest.mark.parametrize("text, fmt, message", [
     ("uid,item\nu1,7\n", {}, "clicks.csv: line 1: no column 'user' for the user in the header (separator ',') (uid, "
                              "item); name it with --columns user=COLUMN"),
-    (GOOD + ",7,103,5\n", MAPPING, "clicks.csv: line 5: expected a user id in column 'uid'; found ',7,103,5'"),
-    (GOOD + "u2,,103,5\n", MAPPING, "clicks.csv: line 5: expected an item id in column 'iid'; found 'u2,,103,5'"),
+    # Issue 29: a separator other than the file's pointed at --columns user=COLUMN, not at sep=.
+    ("user;item\nu1;7\n", {}, "clicks.csv: line 1: the header 'user;item' is one column when split at ',', but its "
+                              "names are separated by ';'; read the file with --columns 'sep=;'"),
+    ("user\titem\nu1\t7\n", {}, "read the file with --columns 'sep=tab'"),
+    # A bad cell is quoted, not its whole line (issue 29: a bad time was lost in the line's other fields).
+    (GOOD + ",7,103,5\n", MAPPING, "clicks.csv: line 5: expected a user id in column 'uid'; found ''"),
+    (GOOD + "u2,,103,5\n", MAPPING, "clicks.csv: line 5: expected an item id in column 'iid'; found ''"),
     (GOOD + "u2,7,yesterday,5\n", MAPPING, "clicks.csv: line 5: expected a time (a number, e.g. unix seconds, or an "
-                                           "ISO 8601 date) in column 'ts'; found 'u2,7,yesterday,5'"),
+                                           "ISO 8601 date) in column 'ts'; found 'yesterday'"),
     (GOOD + "u2,7,103,five\n", {**MAPPING, "min_rating": 3}, "clicks.csv: line 5: expected a numeric rating in "
-                                                              "column 'stars'; found 'u2,7,103,five'"),
+                                                              "column 'stars'; found 'five'"),
     (GOOD + "u2,7,103,5,extra\n", MAPPING, "clicks.csv: line 5: expected 4 fields, as many as the header names; "
                                            "found 'u2,7,103,5,extra'"),
     (GOOD + "u2,7,103,5,extra,more\n", MAPPING, "clicks.csv: line 5: expected 4 fields, as many as the header "
@@ -116,6 +121,15 @@ GOOD = "uid,iid,ts,stars\nu1,7,100,5\nu1,8,101,4\nu1,9,102,5\n"
      "this line has 1 after preprocessing"),
     ("uid,iid,ts,stars\nu1,7,100,1\n", {**MAPPING, "min_rating": 3},
      "clicks.csv: expected rows rated at least min_rating=3; found 'none'"),
+    # No user left: which filter, how many a user has, the setting that keeps some (issue 29: a Python repr).
+    (GOOD + "u2,7,103,5\nu2,8,104,5\nu2,9,105,5\nu2,10,106,5\n", MAPPING, "clicks.csv: expected users left "
+     "after min_user_interactions=5 (the most interactions a user has after the item filter is 4); lower it with "
+     "--filters min_user_interactions=4"),
+    ("uid,iid\nu1,7\nu1,8\nu2,7\n", {"user": "uid", "item": "iid"}, "clicks.csv: expected users left after "
+     "min_user_interactions=5 (the most interactions a user has after the item filter is 2); the leave-one-out "
+     "split needs 3 per user, so this log cannot be split"),
+    (GOOD, {**MAPPING, "min_item_interactions": 2}, "clicks.csv: expected items left after min_item_interactions=2 "
+     "(no item has that many interactions); lower it with --filters min_item_interactions=N"),
 ])
 def test_a_bad_log_is_one_line_naming_the_file_line_and_column(tmp_path, text, fmt, message):
     path = tmp_path / "clicks.csv"
@@ -123,6 +137,19 @@ def test_a_bad_log_is_one_line_naming_the_file_line_and_column(tmp_path, text, f
     with pytest.raises((DatasetFormatError, ValueError)) as raised:
         load_log(InteractionLog(path, LogFormat(**fmt)), "clicks", cache_dir=tmp_path, progress=False)
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_preparing_a_log_counts_what_each_step_dropped_on_the_console(tmp_path, capsys):
+    """Issue 29: repeated rows and users dropped by the filters were not counted where a user looks."""
+    lines = [f"u{user},{item},{100 * user + item}" for user in range(6) for item in range(1, 6)]
+    lines += ["u0,3,999", "u0,4,998", "u9,1,1", "u9,2,2"]  # two repeated pairs; a user with 2 interactions
+    path = tmp_path / "clicks.csv"
+    path.write_text("uid,iid,ts\n" + "\n".join(lines) + "\n")
+    data = load_log(InteractionLog(path, LogFormat(user="uid", item="iid")), "clicks", cache_dir=tmp_path)
+    (line,) = [text for text in capsys.readouterr().err.splitlines() if text.startswith("clicks: 34 rows")]
+    assert "dropped 2 repeated (user, item) row(s), 1 user(s) with fewer than min_user_interactions=5 (2 row(s))" \
+           in line and "left 6 users, 5 items, 30 interactions" in line
+    assert (data.n_users, data.n_actions) == (6, 30)
 
 
 def test_a_truncated_gzip_file_trains_nothing_and_is_one_line(tmp_path, capsys):
@@ -139,6 +166,10 @@ def test_a_dataframes_fault_names_its_row_and_column():
     frame = pd.DataFrame({"user": [1, 1, None, 1], "item": [5, 6, 7, 8]})
     with pytest.raises(DatasetFormatError, match=r"^DataFrame 'mine': row 2: expected a user id in column 'user'$"):
         load_log(InteractionLog(frame), "mine")
+    frame = pd.DataFrame({"user": [1, 1, 1], "item": [5, 6, 7], "time": [1, "soon", 3]})
+    with pytest.raises(DatasetFormatError, match=r"^DataFrame 'mine': row 1: expected a time .* in column 'time'; "
+                                                 r"found 'soon'$"):
+        load_log(InteractionLog(frame), "mine")
     with pytest.raises(ValueError, match="DataFrame 'mine': no column 'uid' for the user in its columns"):
         load_log(InteractionLog(frame, LogFormat(user="uid")), "mine")
 
@@ -150,8 +181,8 @@ def test_a_dataframes_fault_names_its_row_and_column():
                                                            "user, item, time, rating, sep"),
     (["--datasets", "clicks.csv", "--filters", "min_rating=high"], "--filters 'min_rating=high': min_rating must be a "
                                                                    "number"),
-    (["--datasets", "clicks.csv", "--filters", "min_user_interactions=-1"], "--filters: filter thresholds must be "
-                                                                            ">= 0"),
+    (["--datasets", "clicks.csv", "--filters", "min_user_interactions=-1"], "--filters: min_user_interactions=-1 "
+                                                                            "must be >= 0 (0 turns the filter off)"),
     (["--datasets", "synthetic", "--columns", "user=uid"], "--columns and --filters describe logs of your own"),
     (["--datasets", "nosuchdata"], "unknown dataset 'nosuchdata'; expected one of beauty, "),
 ])

@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from recbench.benchmarks.metrics import DEFAULT_METRICS, per_user_metrics
-from recbench.reports import generate_report
+from recbench.reports import generate_report, names
 from recbench.reports.__main__ import main as cli
 from recbench.reports.published import load_published
 from recbench.reports.render import latex_escape
@@ -582,6 +582,10 @@ def test_a_model_without_training_is_a_reference_line_not_a_point(tmp_path, draw
     assert sorted(points[:, 0]) == sorted(r["train_seconds"] for r in trained.values())  # no POP point
     pop = rows[0]["metrics"]["NDCG@10"]
     assert any(np.allclose(line.get_ydata(), pop) and tuple(line.get_xdata()) == (0, 1) for line in ax.lines)
+    # No marker anywhere on the axes for it either: on a log time axis a marker reads as a time (issue 29: "POP
+    # near 13 s"); words say whose line it is.
+    assert all(line.get_marker() in ("None", "", None) for line in ax.lines)
+    assert [text.get_text() for text in ax.texts] == ["POP on ML-1m, no training"]
     assert ax.get_xlim()[0] > 0.001  # no axis stretched down to a made-up time
     assert "POP, without training, as a dashed line" in outcome.figures[0].caption
 
@@ -614,3 +618,85 @@ def test_the_attention_figure_shows_those_ticks(tmp_path, drawn):
     assert [t.get_text() for t in ax.get_xticklabels()] == expected_labels
     assert [t.get_text() for t in ax.get_yticklabels()] == expected_labels
     assert [t.get_rotation() for t in ax.get_xticklabels()] == [0] * 6 + [90]
+
+
+def test_a_study_without_a_main_grid_draws_the_attention_of_its_run_with_the_models_own_settings(tmp_path, drawn):
+    """Issue 29: the smoke ablation wrote 13 attention files and the report drew none (main-grid runs only)."""
+    from recbench.reports import figures
+
+    rows = []
+    for variant, heads in (("w/o PE", 2), ("default", 4), ("L=1", 2)):
+        path = write_attention(tmp_path, heads=heads, seed=0)
+        named = path.rename(path.with_name(f"ml-1m__bert4rec__{variant.replace('/', '-')}.npz"))
+        rows.append(ranking_row(tmp_path, "ml-1m", "bert4rec", 0, study="ablation", variant=variant,
+                                attention_file=f"attention/{named.name}", profile="smoke"))
+    outcome = figures.attention_figures(load_results(write_results(tmp_path, rows)), tmp_path)
+    assert [figure.name for figure in outcome.figures] == ["attention_ml-1m_bert4rec"] and not outcome.notes
+    fig = drawn["attention_ml-1m_bert4rec"]
+    assert len([ax for ax in fig.axes if ax.get_title().startswith("head ")]) == 4  # the default variant's map
+    assert "(seed 0, ablation run 'default')" in fig._suptitle.get_text()
+    assert "smoke profile" in fig._suptitle.get_text()
+
+
+def test_the_tuning_figure_numbers_trials_as_the_tables_do_and_labels_smoke_studies(tmp_path, drawn):
+    """Issue 29: the best-so-far figure counted trials from 1 while its table (and tuned.toml) use the study's
+    numbers, which start at 0, and it lacked the smoke label the other figures carry."""
+    from recbench.reports import figures
+    from recbench.reports.tuning import studies_table
+
+    trials = [{"number": 0, "state": "complete", "value": 0.10}, {"number": 1, "state": "pruned", "value": None},
+              {"number": 2, "state": "complete", "value": 0.30}, {"number": 3, "state": "complete", "value": 0.20}]
+    study = {"study": "tune-ml-1m-bprmf", "dataset": "ml-1m", "model": "bprmf", "objective": "NDCG@10 under full",
+             "sampler": "tpe", "pruner": "median", "budget": [], "profile": "smoke", "cpu_seconds": 9.0,
+             "trials": trials, "best": {"number": 2, "value": 0.30, "params": {}}}
+    figures.tuning_figures([study], tmp_path)
+    fig = drawn["tuning_best_so_far"]
+    (ax,) = [ax for ax in fig.axes if ax.lines]
+    points, best = ax.lines
+    assert list(points.get_xdata()) == [0, 2, 3] and list(points.get_ydata()) == [0.10, 0.30, 0.20]
+    assert list(best.get_xdata()) == [0, 1, 2, 3] and list(best.get_ydata()) == [0.10, 0.10, 0.30, 0.30]
+    table = studies_table([study])
+    assert table.rows[0][table.header.index("Trial")].text == "2"  # the figure's best point is at x = 2
+    assert "smoke profile: installation check" in fig._suptitle.get_text()
+
+
+def test_the_report_counts_planned_jobs_in_words_not_as_an_option(tmp_path):
+    """Issue 29: report.md's `"jobs": 3` read like `--jobs 3` (three parallel workers)."""
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, with_per_user=False) for model in ("pop", "sasrec")]
+    config = {"profile": "paper", "seeds": [0], "jobs": [{"key": "a"}, {"key": "b"}, {"key": "c"}]}
+    report = generate_report(write_results(tmp_path, rows, config=config)).read_text()
+    (line,) = [line for line in report.splitlines() if line.startswith("- Run configuration")]
+    assert '"jobs"' not in line and "3 job(s) were planned into this folder" in line
+
+
+def test_the_tuning_tables_marks_follow_holm_corrected_p_values_not_raw_ones(tmp_path):
+    """Issue 29: the tuning report's test checked only the note's words, so raw p-values passed it. Here the level
+    lies between the smallest raw p-value and its Holm-adjusted value: a raw test marks that cell, Holm does not."""
+    from recbench.reports.tuning import default_vs_tuned_table
+
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, study="tuning", variant=variant,
+                        counts=counts_for("ml-1m", model, 5, "pop100", scale))
+            for model in ("sasrec", "bert4rec") for variant, scale in (("default", 1.0), ("tuned", 0.75))]
+    results, per_user = load_results(write_results(tmp_path, rows)), PerUser(tmp_path)
+    raw = {}  # (model, metric) -> (t-test p, Wilcoxon p), from each user's values
+    for model in ("sasrec", "bert4rec"):
+        pair = [results.select(model=model, variant=variant) for variant in ("default", "tuned")]
+        for metric in DEFAULT_METRICS:
+            test = per_user.compare(*pair, metric)
+            raw[(model, metric)] = (test.t_pvalue, test.wilcoxon_pvalue)
+    adjusted = {}
+    for kind in (0, 1):  # Holm over the table's comparisons, one family per kind of test
+        running = 0.0
+        for i, cell in enumerate(sorted(raw, key=lambda cell: raw[cell][kind])):
+            running = max(running, min(1.0, (len(raw) - i) * raw[cell][kind]))
+            adjusted[(cell, kind)] = running
+    smallest = min(raw, key=lambda cell: raw[cell][0])
+    alpha = (raw[smallest][0] * adjusted[(smallest, 0)]) ** 0.5
+    assert raw[smallest][0] < alpha < adjusted[(smallest, 0)]
+    table = default_vs_tuned_table(results, "pop100", per_user, alpha)
+    for row in table.rows:
+        model = next(m for m in ("sasrec", "bert4rec") if row[1].text == names.model_name(m))
+        cell = (model, row[2].text)
+        expected = ("†" if adjusted[(cell, 0)] < alpha else "") + ("‡" if adjusted[(cell, 1)] < alpha else "")
+        assert row[3].marks + row[4].marks == expected, cell
+    assert f"Holm's correction for the {len(raw)} comparisons of this table" in " ".join(table.notes)

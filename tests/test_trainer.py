@@ -109,6 +109,38 @@ def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys):
     assert report.stopped_by == "max epochs" and "time budget" not in capsys.readouterr().err
 
 
+def test_the_bar_counts_to_what_ends_the_run_and_promises_no_time_when_early_stopping_decides(monkeypatch):
+    """Issue 29: BERT4Rec's smoke run keeps the authors' 400,000-step cap and ends after its epoch cap, a minute
+    later, while its bar counted to 400,000 steps with hours left. When early stopping decides, nobody knows the
+    end: the bar then shows the epoch against its cap and how close early stopping is, and no time left."""
+    from recbench.benchmarks import trainer as module
+
+    bars = []
+
+    class Recorded(module.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(module, "tqdm", Recorded)
+    split = toy_split()
+    report = trainer(max_steps=400_000, max_epochs=3, patience=None, progress=True).fit(new_model(), split.train(),
+                                                                                        None)
+    assert report.stopped_by == "max epochs" and bars[-1].total == bars[-1].n == report.steps_run
+    assert "<00:00" in str(bars[-1]) and "epoch 3/3" in str(bars[-1])  # the run's time left: none, at its end
+    report = trainer(max_steps=7, max_epochs=3, patience=None, progress=True).fit(new_model(), split.train(), None)
+    assert report.stopped_by == "max steps" and bars[-1].total == bars[-1].n == 7
+    validate, _ = scripted_validator([0.1, 0.3, 0.2, 0.25, 0.9])
+    report = trainer(max_epochs=200, patience=2, progress=True).fit(new_model(), split.train(), validate)
+    assert report.stopped_by == "early stopping" and bars[-1].total is None and bars[-1].n == report.steps_run
+    shown = str(bars[-1])
+    assert "epoch 4 of at most 200" in shown and "no better for 2/2 validations" in shown and "<" not in shown
+    # Patience longer than the run (BERT4Rec's smoke profile: 20 validations, 15 epochs): the epoch cap ends it.
+    validate, _ = scripted_validator([0.1] * 3)
+    report = trainer(max_epochs=3, patience=2, progress=True).fit(new_model(), split.train(), validate)
+    assert report.stopped_by == "max epochs" and bars[-1].total == bars[-1].n == report.steps_run
+
+
 def test_bad_settings_and_devices_are_explained():
     with pytest.raises(ValueError, match="^optimizer='rmsprop' must be one of adam, adamw, "):
         TrainSettings(optimizer="rmsprop")

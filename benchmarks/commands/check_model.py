@@ -438,7 +438,8 @@ def _check_draws(bench: _Bench) -> str | None:
     if not torch.equal(losses[0], losses[1]):
         return ("the loss draws random numbers from torch's global generator (e.g. nn.Dropout), not only from its "
                 "generator argument: runs still repeat from the job's seed, but a resumed run's draws differ from "
-                "an uninterrupted run's")
+                "an uninterrupted run's; draw from the generator argument, e.g. "
+                "recbench.models.sampling.dropout(x, p, generator) in place of nn.Dropout")
     return None
 
 

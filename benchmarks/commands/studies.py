@@ -35,19 +35,16 @@ import numpy as np
 from tabulate import tabulate
 
 from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
-from recbench.benchmarks.config import PROFILES, check_overrides, parse_override, resolve
+from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
 from recbench.benchmarks.estimate import duration, estimate_jobs
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.planner import plan_grid
-from recbench.benchmarks.trainer import TrainSettings
 from recbench.benchmarks.tuning.space import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.models import model_class
 from recbench.models.base import show
 from recbench.models.bert4rec import BERT4RecConfig
 from recbench.reports import names
-
-TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainSettings)}
 
 # Table 5's rows, and §4.8's "w/o RC" with L = 4: label → overrides of the default configuration.
 ABLATIONS: dict[str, tuple[str, ...]] = {
@@ -171,7 +168,7 @@ def _check_sweep(param: str, models, values, overrides) -> None:
     if values is None and param not in (*SWEEPS, "max_len"):
         raise ValueError(f"no default values for {param!r}; pass --values (the paper's sweeps: d, rho, N)")
     for model in models:  # a field only some models have would silently repeat the others' default
-        if param not in {f.name for f in dataclasses.fields(model_class(model).Config)} | TRAIN_FIELDS:
+        if param not in set().union(*fields_of(model)):
             raise ValueError(f"unknown sweep parameter {param!r} for {model}: it is no field of {model} and no "
                              f"trainer setting (the paper's sweeps: d, rho, N)")
     if param != "hidden":
