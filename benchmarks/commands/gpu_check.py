@@ -21,8 +21,18 @@ The pieces, in order, each given what is left of ``--minutes`` (less a reserve f
 4. ``bert4rec``: BERT4Rec on ML-1m under the converge profile in bf16 (``run_jobs``, resumable, the time budget set
    to what is left), its rows with ``stopped_by`` saying whether early stopping or the budget ended it.
 
-``--device cpu`` with small ``--speed-datasets``/``--ranking-datasets`` rehearses the whole command on a CPU; the
-tests do so (``tests/test_gpu_check.py``).
+``--device cpu`` with a small ``--speed-dataset``, ``--ranking-datasets`` and ``--train-dataset`` rehearses the
+whole command on a CPU; the tests do so (``tests/test_gpu_check.py``).
+
+On a lent machine that starts bare, has PyTorch but no network, and sends back only files under ``$OUT``: copy
+``ml-1m_seq_full.txt.gz`` into the checkout's ignored ``.cache/gpu/``, carry that folder, and run (one line)::
+
+    export PYTHONUNBUFFERED=1 RECBENCH_COMMIT=<commit>; python3 -m pip install -q --no-index --no-deps
+    --no-build-isolation -e . || { mkdir -p /tmp/rb/recbench; for d in datasets models benchmarks reports; do
+    ln -sfn "$PWD/$d" /tmp/rb/recbench/$d; done; export PYTHONPATH=/tmp/rb; }; python3 -m benchmarks.gpu_check
+    --data-dir .cache/gpu --out "$OUT" --minutes 8 2>&1 | tee "$OUT/gpu_check.log"
+
+(the links name the folders as pyproject.toml maps them, where an offline install fails).
 """
 from __future__ import annotations
 
