@@ -45,7 +45,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 # seconds per model, an installation check.
 PROFILES = ("smoke", "converge", "paper")
 PROFILE_TABLES = ("smoke", "converge")  # the profiles written as tables over the paper's values
-# The tables of a model's configuration: "search" is its tuning space (benchmarks.search), "tuned_from" names the
+# The tables of a model's configuration: "search" is its tuning space (benchmarks.tuning.space), "tuned_from" names the
 # tuning study that chose a --config file's settings (written by benchmarks.tune, carried into the result rows).
 SECTIONS = ("model", "train", *PROFILE_TABLES, "search", "tuned_from")
 

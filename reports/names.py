@@ -125,7 +125,7 @@ def sweep_label(param: str) -> str:
     return SWEEP_PARAMS.get(param, param)
 
 
-# What an ablation row (benchmarks/studies.py) removes where the paper names only the component, as the model
+# What an ablation row (benchmarks/commands/studies.py) removes where the paper names only the component, as the model
 # code (models/transformer.py) does it; per model family where the families differ.
 ABLATION_REMOVES: dict[str, str | dict[str, str]] = {
     "w/o PE": "the learnable positional embedding P (§3.4)",

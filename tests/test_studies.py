@@ -237,7 +237,7 @@ def test_planned_steps_are_exact_without_early_stopping_and_an_upper_bound_with_
     early = TrainSettings(max_epochs=200, patience=10, batch_size=128)
     assert planned_steps(early, 6040) == (200 * 48, False)
     assert duration(30) == "30 s" and duration(7200) == "2.0 h" and duration(86400 * 11.6) == "11.6 days"
-    assert Estimate(3600.0, 1000, 3.6, True).describe() == "≈ 1.0 h: 1,000 steps × 3.6 s (runs every step)"
+    assert Estimate(3600.0, 1000, 3.6, exact=True).describe() == "≈ 1.0 h: 1,000 steps × 3.6 s (runs every step)"
     assert Estimate(None).describe() == "no training"
 
 

@@ -221,7 +221,7 @@ def test_the_trial_reporter_pickles_and_prunes_a_trial_below_the_median(tmp_path
                  for _ in range(2))
 
     def shown(epoch, value):
-        return Validation(epoch, epoch * 10, {"NDCG@10": value}, value, value, True)
+        return Validation(epoch, epoch * 10, {"NDCG@10": value}, value, value, improved=True)
 
     assert bad(shown(1, 0.0)) is None  # the pruner acts from the first epoch it is given on
     assert bad(shown(2, 0.45)) == "pruned"  # below the median of 0.2, 0.4, 0.6, 0.8 at epoch 2

@@ -126,7 +126,7 @@ def cloze_cap_follows(model: str) -> bool:
 
 
 def heads_for(hidden: int) -> int:
-    """§4.3's heads for d = ``hidden`` (:func:`benchmarks.search.paper_heads`), which must divide d."""
+    """§4.3's heads for d = ``hidden`` (:func:`benchmarks.tuning.space.paper_heads`), which must divide d."""
     heads = paper_heads(hidden)
     if hidden % heads:
         raise ValueError(f"d={hidden}: the paper's rule h = d/{HEAD_SIZE} gives {heads} heads, which do not divide "

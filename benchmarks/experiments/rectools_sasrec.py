@@ -28,12 +28,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from benchmarks.experiments.speed_transformers import load_average, subset
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.trainer import Trainer, TrainRun
+from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class
 
@@ -57,6 +59,7 @@ def ours_per_step(train, data, heads: int, steps: int, seed: int) -> float:
 
 
 def rectools_per_step(interactions, heads: int, steps: int, seed: int) -> float:
+    # optional: RecTools and Lightning are no dependencies of the suite (the module docstring installs them)
     from pytorch_lightning import Callback, Trainer as LightningTrainer, seed_everything
     from rectools.models import SASRecModel
     from rectools.models.nn.item_net import IdEmbeddingsItemNet
@@ -97,11 +100,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=str(ROOT / "results" / "reference" / "rectools-sasrec-ml1m.json"))
     args = parser.parse_args(argv)
-    import pandas as pd
+    # optional: RecTools is no dependency of the suite (the module docstring installs it)
     import rectools
     from rectools.dataset import Dataset
-
-    from recbench.datasets import load_dataset
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -51,8 +51,8 @@ def main(argv=None) -> int:
             continue
         for model in args.models:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
-                row = fresh.submit(measure, model, dataset, args.batches, "cpu", None, False, args.threads,
-                                   cache_dir=args.cache_dir, config_dataset=config_dataset,
+                row = fresh.submit(measure, model, dataset, args.batches, "cpu", None, generated=False,
+                                   threads=args.threads, cache_dir=args.cache_dir, config_dataset=config_dataset,
                                    users=args.users).result()
             row["configuration_of"] = config_dataset
             row["paper_copies_per_window"] = copies_per_window(model, config_dataset)

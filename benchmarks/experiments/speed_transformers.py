@@ -33,7 +33,8 @@ import torch
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import PeakMemory, describe_device
-from recbench.benchmarks.trainer import Trainer, TrainRun
+from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
+from recbench.datasets import load_dataset
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 from recbench.models import model_class
 
@@ -81,8 +82,6 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     use (default ``dataset``). ``users``: measure on that many randomly chosen users; the epoch and evaluation
     figures are then projected to all users in proportion. ``overrides``: ``--set`` values applied last, e.g.
     ``precision=bf16`` (the row records the precision trained in)."""
-    from recbench.datasets import load_dataset
-
     if threads:
         torch.set_num_threads(threads)
     device = torch.device(device)
@@ -143,15 +142,13 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--output", default=str(ROOT / "results" / "reference" / "speed_transformers.json"))
     args = parser.parse_args(argv)
-    from recbench.benchmarks.trainer import resolve_device
-
     device = str(resolve_device(args.device))
     results = []
     for dataset in args.datasets:
         for model_name in args.models:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
                 row = fresh.submit(measure, model_name, dataset, args.batches, device, args.data_dir,
-                                   args.synthetic, args.threads).result()
+                                   generated=args.synthetic, threads=args.threads).result()
             results.append(row)
             print(f"{dataset:>7} {model_name:>9}: {row['train_sequences_per_s']:7.1f} seq/s, epoch of "
                   f"{row['users']:,} sequences {row['epoch_seconds']:7.1f} s, full-ranking eval of all users "

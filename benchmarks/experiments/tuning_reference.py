@@ -31,6 +31,7 @@ from pathlib import Path
 from benchmarks.experiments.speed_transformers import load_average
 from recbench.benchmarks.provenance import ROOT, git_commit
 from recbench.benchmarks.store import read_results, write_json
+from recbench.reports.published import load_published
 
 DATASET = "ml-100k"
 TRIALS = "20"
@@ -97,8 +98,6 @@ def finals(output: Path, model: str) -> dict:
 
 
 def models(work: Path, data_dir: str, chosen: list[str], jobs: int = 1) -> dict:
-    from recbench.reports.published import load_published
-
     published, _ = load_published()
     table2 = {e.model: e.value for e in published if e.table == "Table 2" and e.dataset == "ml-1m"
               and e.metric == "NDCG@10" and e.variant is None}
