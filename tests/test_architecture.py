@@ -117,7 +117,7 @@ def test_the_layers_are_the_folders():
     files = production_files()
     launchers = {module for module, path in files.items() if path.parent == ROOT / "benchmarks" and is_launcher(path)}
     assert launchers == {"recbench.benchmarks.tune", "recbench.benchmarks.studies", "recbench.benchmarks.check_model",
-                         "recbench.benchmarks.api"}
+                         "recbench.benchmarks.api", "recbench.benchmarks.gpu_check"}
     assert layer("recbench.benchmarks.trainer", files["recbench.benchmarks.trainer"]) == "core"
     assert layer("run_all", files["run_all"]) == "commands"
     assert {layer(module, path) for module, path in files.items()} == set(ALLOWED)
