@@ -149,6 +149,12 @@ class Histories:
         index = starts[row_of] + np.arange(len(row_of), dtype=np.int64) - first_position[row_of]
         return row_of, self.items[index]
 
+    def subset(self, rows: np.ndarray) -> "Histories":
+        """The histories of ``rows`` only, in that order (a training view of some users: speed measurements)."""
+        row_of, items = self.flat(rows)
+        offsets = np.r_[0, np.cumsum(np.bincount(row_of, minlength=len(rows)))]
+        return Histories(items, offsets, self.users[rows], None if self.targets is None else self.targets[rows])
+
     def padded(self, rows: np.ndarray, max_len: int) -> np.ndarray:
         """Left-padded ``(len(rows), max_len)`` matrix of the last ``max_len`` items of each history.
 

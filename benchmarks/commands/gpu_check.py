@@ -166,11 +166,6 @@ def cuda_tests(check: Check, clock: Clock) -> dict:
             "output": "pytest.txt"}
 
 
-def _subset(view: Histories, rows: np.ndarray) -> Histories:
-    row_of, items = view.flat(rows)
-    return Histories(items, np.r_[0, np.cumsum(np.bincount(row_of, minlength=len(rows)))], view.users[rows])
-
-
 def training_speed(check: Check, model_name: str, precision: str, data, train: Histories) -> dict:
     """Steps/s of ``--speed-batches`` training batches of ``model_name`` under the converge profile (after one
     untimed batch), and the seconds of one epoch at that rate."""
@@ -182,9 +177,9 @@ def training_speed(check: Check, model_name: str, precision: str, data, train: H
     torch.manual_seed(0)
     model = model_class(model_name)(data.n_users, data.n_items, config.model).to(check.device)
     run, memory = TrainRun(seed=0, progress=False), PeakMemory(check.device)
-    Trainer(config.train, run).fit(model, _subset(train, rows[:batch]), None)  # kernels and allocator warm-up
+    Trainer(config.train, run).fit(model, train.subset(rows[:batch]), None)  # kernels and allocator warm-up
     memory.reset()
-    timed = _subset(train, rows[:args.speed_batches * batch])
+    timed = train.subset(rows[:args.speed_batches * batch])
     fit = Trainer(config.train, run).fit(model, timed, None)
     steps_per_s = fit.steps_run / fit.train_seconds
     epoch_steps = -(-len(next(iter(model.training_examples(train).values()))) // batch)

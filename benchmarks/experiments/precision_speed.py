@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.experiments.speed_transformers import load_average, subset, write_report
+from benchmarks.experiments.speed_transformers import load_average, write_report
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.trainer import Trainer, TrainRun, native_bf16
@@ -46,7 +46,7 @@ def timed_fit(model_name: str, hidden: int, precision: str, data, timed, seed: i
     torch.manual_seed(seed)
     model = model_class(model_name)(data.n_users, data.n_items, config.model)
     run = TrainRun(seed=seed, progress=False)
-    warm = subset(timed, np.arange(min(len(timed), config.train.batch_size)))
+    warm = timed.subset(np.arange(min(len(timed), config.train.batch_size)))
     Trainer(config.train, run).fit(model, warm, None)  # kernels and allocator warm-up
     rows = len(next(iter(model.training_examples(timed).values())))
     report = Trainer(config.train, run).fit(model, timed, None)
@@ -58,7 +58,7 @@ def speed_rounds(args, data, train) -> list[dict]:
     results = []
     for model_name, hidden in CASES:
         batch = resolve(model_name, "ml-1m", "converge").train.batch_size
-        timed = subset(train, np.sort(rng.choice(len(train), args.batches * batch, replace=False)))
+        timed = train.subset(np.sort(rng.choice(len(train), args.batches * batch, replace=False)))
         for round_number in range(args.rounds):
             order = ("fp32", "bf16") if round_number % 2 == 0 else ("bf16", "fp32")
             before, speed = load_average(), {}

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.experiments.speed_transformers import load_average, subset
+from benchmarks.experiments.speed_transformers import load_average
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.trainer import Trainer, TrainRun
@@ -52,8 +52,8 @@ def ours_per_step(train, data, heads: int, steps: int, seed: int) -> float:
     torch.manual_seed(seed)
     model = model_class("sasrec")(data.n_users, data.n_items, config.model)
     rng = np.random.default_rng(seed)
-    Trainer(settings, run).fit(model, subset(train, rng.choice(len(train), BATCH, replace=False)), None)  # warm-up
-    report = Trainer(settings, run).fit(model, subset(train, rng.choice(len(train), steps * BATCH, replace=False)),
+    Trainer(settings, run).fit(model, train.subset(rng.choice(len(train), BATCH, replace=False)), None)  # warm-up
+    report = Trainer(settings, run).fit(model, train.subset(rng.choice(len(train), steps * BATCH, replace=False)),
                                         None)
     return report.train_seconds / steps
 

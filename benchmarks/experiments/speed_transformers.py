@@ -35,7 +35,7 @@ from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import PeakMemory, describe_device
 from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
 from recbench.datasets import load_dataset
-from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
+from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models import model_class
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,12 +55,6 @@ def synthetic(name: str, seed: int = 0) -> SequenceData:
     popularity = 1.0 / np.arange(1, items + 1) ** 0.8  # Zipf-like, as real catalogues
     flat = rng.choice(np.arange(1, items + 1), size=int(lengths.sum()), p=popularity / popularity.sum())
     return SequenceData.from_sequences(f"synthetic-{name}", np.split(flat, np.cumsum(lengths)[:-1]), items)
-
-
-def subset(view: Histories, rows: np.ndarray) -> Histories:
-    row_of, items = view.flat(rows)
-    lengths = np.bincount(row_of, minlength=len(rows))
-    return Histories(items, np.r_[0, np.cumsum(lengths)], view.users[rows])
 
 
 def load_average() -> list[float]:
@@ -101,10 +95,10 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     torch.manual_seed(seed)
     model = model_class(model_name)(data.n_users, data.n_items, config.model).to(device)
     rng = np.random.default_rng(seed)
-    warm = subset(train, rng.choice(len(train), min(len(train), settings.batch_size), replace=False))
+    warm = train.subset(rng.choice(len(train), min(len(train), settings.batch_size), replace=False))
     Trainer(settings, run).fit(model, warm, None)  # one batch: allocator and kernel warm-up
     chosen = rng.choice(len(train), min(len(train), batches * settings.batch_size), replace=False)
-    timed = subset(train, chosen)
+    timed = train.subset(chosen)
     rows = len(next(iter(model.training_examples(timed).values())))
     cpu = time.process_time()
     report = Trainer(settings, run).fit(model, timed, None)
