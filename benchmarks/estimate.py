@@ -4,17 +4,22 @@ will get, and multiplied by the steps the job will run.
 
 A job without early stopping runs exactly its steps (``max_steps``, else ``max_epochs`` × its batches per epoch);
 one that validation may stop earlier runs at most that many, so its figure is an upper bound; a time budget caps
-either. Validation and the one-off preparation of training examples are not included.
+either. Where a converged reference run of the same model on the same dataset and profile exists
+(``results/reference/converge-<dataset>.json``, :func:`reference_stops`), an early-stopped job also gets an
+expected figure: its steps up to the epoch at which early stopping ended that run (the latest over its seeds).
+Validation and the one-off preparation of training examples are not included.
 
     estimates = estimate_jobs(planned, datasets, device="auto", threads=1)
     print(estimates[job.key].describe())   # "≈ 11.6 days: 400,000 steps × 2.51 s (runs every step)"
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -26,6 +31,7 @@ from recbench.models.base import NeuralRecommender
 MIN_TIMED_SECONDS = 1.0  # time steps until this much has passed...
 MAX_TIMED_STEPS = 20  # ...or this many steps, after one untimed warm-up step
 MIN_TIMED_STEPS = 2
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"  # in a checkout of the suite
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,13 @@ class Estimate:
     per_step: float = 0.0
     exact: bool = True
     budget: float | None = None  # the job's time budget, when it caps the estimate
+    expected: float | None = None  # seconds up to where a converged reference run stopped (early-stopped jobs)
+    expected_from: str = ""  # that run, in words
+
+    @property
+    def likely(self) -> float | None:
+        """The expected seconds where known, else the figure itself (exact, capped or an upper bound)."""
+        return self.seconds if self.expected is None else self.expected
 
     def describe(self) -> str:
         if self.seconds is None:
@@ -47,7 +60,10 @@ class Estimate:
             return f"{duration(self.seconds)}: capped by its time budget (else {steps})"
         if self.exact:
             return f"≈ {duration(self.seconds)}: {steps} (runs every step)"
-        return f"≤ {duration(self.seconds)}: at most {steps}; early stopping may end it sooner"
+        bound = f"≤ {duration(self.seconds)}: at most {steps}; early stopping may end it sooner"
+        if self.expected is None:
+            return bound
+        return f"≈ {duration(self.expected)} if it stops where {self.expected_from}; {bound}"
 
 
 def duration(seconds: float) -> str:
@@ -66,6 +82,22 @@ def planned_steps(train, n_examples: int) -> tuple[int, bool]:
                                                                              train.max_epochs * per_epoch)
     validations = math.ceil(steps / per_epoch) // train.valid_every
     return steps, train.patience is None or train.patience >= validations
+
+
+def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str], tuple[int, str]]:
+    """{(dataset, model, profile): (epochs, source)} of the converged reference runs in ``folder``
+    (``converge-<dataset>.json``, written by ``benchmarks/experiments/converge_reference.py``): the latest epoch at
+    which early stopping ended one of a model's seeds. Models some seed of which did not stop early are left out."""
+    stops = {}
+    for path in sorted(Path(folder).glob("converge-*.json")):
+        reference = json.loads(path.read_text())
+        for summary in reference["summary"]:
+            if summary["converged"]:
+                key = (reference["dataset"], summary["model"], reference["profile"])
+                stops[key] = (max(summary["epochs_run"].values()), f"the converged {summary['model']} run on "
+                              f"{reference['dataset']} did (epoch {max(summary['epochs_run'].values())}, "
+                              f"results/reference/{path.name})")
+    return stops
 
 
 def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int) -> float:
@@ -101,10 +133,12 @@ def _measure(job, data, device: torch.device) -> tuple[float, int]:
 
 
 def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: int | None = None,
-                  n_jobs: int = 1, log=print) -> dict:
+                  n_jobs: int = 1, log=print, stops: dict | None = None) -> dict:
     """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.runner.plan_grid`) on ``datasets``,
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
-    Jobs that differ only in seed or trainer settings share one measurement."""
+    Jobs that differ only in seed or trainer settings share one measurement. ``stops``
+    (:func:`reference_stops`) gives an early-stopped job of the same (dataset, model, profile) its expected figure;
+    every variant and size of a model is assumed to stop where its reference run did."""
     device = resolve_device(device)
     previous_threads = torch.get_num_threads()
     previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
@@ -125,8 +159,11 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
             steps, exact = planned_steps(job.config.train, n_examples)
             seconds, budget = steps * per_step, job.config.train.time_budget_s
             capped = budget is not None and budget < seconds
+            stop = (stops or {}).get((job.job.dataset, job.job.model, job.profile))
+            expected = (min(steps, stop[0] * math.ceil(n_examples / job.config.train.batch_size)) * per_step
+                        if stop and not exact and not capped else None)
             estimates[job.key] = Estimate(budget if capped else seconds, steps, per_step, exact,
-                                          budget if capped else None)
+                                          budget if capped else None, expected, stop[1] if expected else "")
     finally:
         torch.set_num_threads(previous_threads)
         torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])

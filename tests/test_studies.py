@@ -20,7 +20,7 @@ from recbench.benchmarks.commands.studies import (
     sweep_values,
 )
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.estimate import Estimate, duration, estimate_jobs, planned_steps
+from recbench.benchmarks.estimate import Estimate, duration, estimate_jobs, planned_steps, reference_stops
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
@@ -208,12 +208,12 @@ def test_the_one_random_mask_variant_masks_one_item_per_copy_and_the_last_item_c
     assert len(set(cloze.tolist())) > 5  # the other copies: random items, not always the last
 
 
-def test_the_study_command_defaults_to_the_paper_profile_and_plans_with_tied_settings(capsys):
+def test_the_study_command_defaults_to_the_converge_profile_and_plans_with_tied_settings(capsys):
     args = parse_args(["cloze", "--datasets", "synthetic"])
-    assert args.profile == "paper" and args.hidden == 256
+    assert args.profile == "converge" and args.hidden == 256
     assert main(["cloze", "--datasets", "synthetic", "--models", "bert4rec", "--dry-run", "--no-estimate"]) == 0
     out = capsys.readouterr().out
-    assert "profile paper" in out and "sets: hidden=256 heads=8" in out and "hidden=256 layers=2 heads=8" in out
+    assert "profile converge" in out and "sets: hidden=256 heads=8" in out and "hidden=256 layers=2 heads=8" in out
     assert main(["sensitivity", "--param", "d", "--models", "sasrec", "--set", "heads=3", "--dry-run",
                  "--no-estimate"]) == 2
     assert capsys.readouterr().err.count("\n") == 1  # one line, before anything trains
@@ -258,6 +258,26 @@ def test_estimates_time_real_steps_and_the_plan_states_them(tmp_path):
     text = "\n".join(plan_lines(planned, estimates))
     assert "estimated training: ≈" in text and "early stopping may end it sooner" in text
     assert "no training" in text and "tied to" not in text and "patience=1 hidden=256" in text
+
+
+def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp_path):
+    reference = {"dataset": "chain", "profile": "smoke", "summary": [
+        {"model": "sasrec", "converged": True, "epochs_run": {"0": 2, "1": 3}},
+        {"model": "bert4rec", "converged": False, "epochs_run": {"0": 400}},  # a cap ended it: no expectation
+        {"model": "pop", "converged": None, "epochs_run": {"0": 0}}]}
+    (tmp_path / "converge-chain.json").write_text(json.dumps(reference))
+    stops = reference_stops(tmp_path)
+    assert set(stops) == {("chain", "sasrec", "smoke")} and stops[("chain", "sasrec", "smoke")][0] == 3
+    jobs = cloze_jobs(["chain"], models=["sasrec"], overrides=("max_len=8", "max_epochs=50", "patience=5"))
+    options = RunOptions(output=tmp_path / "out", protocols=("pop100",), profile="smoke", device="cpu")
+    planned, datasets = plan_grid(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None)
+    (sasrec,) = estimate_jobs(planned, datasets, device="cpu", threads=1, log=lambda *_: None,
+                              stops=stops).values()
+    assert not sasrec.exact and sasrec.steps == 50  # one batch of 60 windows an epoch, 50 epochs at most
+    assert sasrec.expected == pytest.approx(3 * sasrec.per_step) and sasrec.likely == sasrec.expected
+    assert "if it stops where the converged sasrec run on chain did (epoch 3" in sasrec.describe()
+    text = "\n".join(plan_lines(planned, {job.key: sasrec for job in planned}))
+    assert "≈ " in text.splitlines()[-1] and f"≤ {duration(sasrec.seconds)} if every job runs to its cap" in text
 
 
 # -------------------------------------------------------------------------------------------- end to end

@@ -1,0 +1,163 @@
+"""The reproduction's reference files: the converge-profile results of ``run_all.py`` on each dataset, with the
+commands that wrote them, as a table beside the paper and a figure of the Transformers' validation curves.
+
+    python -m benchmarks.experiments.converge_reference results/converge-ml-1m results/converge-beauty
+
+For each results folder (one dataset, ``--profile converge``) it writes ``results/reference/converge-<dataset>.json``:
+every invocation of ``manifest.jsonl`` that trained a job of the folder (time, command, commit), one summary per
+model over its seeds (test NDCG@10 and HR@10 under ``pop100`` and ``full``, mean and std; epochs, best epoch,
+training hours, precision and why each seed stopped) and the rows themselves, validation curves included. Across
+the folders it writes ``results/reference/converge/reproduced.{md,tex}``, the table README.md shows under
+"Reproduced here": our pop100 NDCG@10 and HR@10 beside the published row each is held against (the report's own
+rule, :func:`reports.tables.published_anchor`: Table 5's default row for BERT4Rec at d = 64, Table 2 otherwise)
+and their ratio, our full-ranking NDCG@10, and whether early stopping ended every seed (a run that a budget or a
+cap ended has not converged, and the table says so). ``converge/curves_<dataset>.png`` draws validation NDCG@10
+against epochs and training seconds for SASRec, SASRec-CE and BERT4Rec (the report's curve figure).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from recbench.benchmarks.store import write_atomic
+from recbench.reports import names
+from recbench.reports.figures import curve_figures
+from recbench.reports.published import load_published
+from recbench.reports.render import Cell, Table, fmt, write_table
+from recbench.reports.results import ResultSet, load_results
+from recbench.reports.stats import summarize
+from recbench.reports.tables import label, published_anchor, value_cell
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSFORMERS = ("sasrec", "sasrec-ce", "bert4rec")
+METRICS = ("NDCG@10", "HR@10")
+CONVERGED = "early stopping"
+
+
+def invocations(folder: Path, keys: set[str]) -> list[dict]:
+    """The ``start`` lines of the folder's manifest that planned one of ``keys``: when, what and from which
+    commit; a resumed job appears under every invocation that trained it."""
+    found = []
+    for line in (folder / "manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        jobs = [job["run_id"] for job in entry.get("jobs", []) if job["key"] in keys and job["action"] == "run"]
+        if entry.get("event") == "start" and jobs:
+            found.append({"time": entry["time"], "command": " ".join(["python", *entry["command"]]),
+                          "commit": entry["commit"], "cwd": entry.get("cwd"), "jobs": jobs})
+    return found
+
+
+def model_summary(rows: list) -> dict:
+    """One model of one folder over its seeds (``rows``: every protocol's row of every seed)."""
+    runs = {row.seed: row for row in rows if row.protocol == "full"}
+    summary = {"model": rows[0].model, "seeds": sorted(runs),
+               "precision": sorted({row.get("precision", "fp32") for row in runs.values()}),
+               "stopped_by": {seed: row.get("stopped_by") for seed, row in runs.items()},
+               "converged": (None if all(row.get("epochs_run") == 0 for row in runs.values())  # POP: no training
+                             else all(row.get("stopped_by") == CONVERGED for row in runs.values())),
+               "epochs_run": {seed: row.get("epochs_run") for seed, row in runs.items()},
+               "best_epoch": {seed: row.get("best_epoch") for seed, row in runs.items()},
+               "train_hours": {seed: round((row.get("train_seconds") or 0.0) / 3600, 2) for seed, row in runs.items()}}
+    for protocol in ("pop100", "full"):
+        chosen = [row for row in rows if row.protocol == protocol]
+        for metric in METRICS:
+            result = summarize(chosen, metric)
+            if result is not None:
+                summary[f"{protocol} {metric}"] = {"mean": round(result.mean, 4), "std": None if result.std is None
+                                                   else round(result.std, 4), "n": result.n}
+    return summary
+
+
+def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:
+    """The published value ``row`` is held against and the paper's table and row that hold it."""
+    anchor = published_anchor(row)
+    if anchor is None:
+        return None, ""
+    table, model, variant = anchor
+    value = next((entry.value for entry in published if (entry.table, entry.dataset, entry.model, entry.variant,
+                                                           entry.metric) == (table, row.dataset, model, variant,
+                                                                              metric)), None)
+    return value, f"{table}{f' ({variant})' if variant else ''}"
+
+
+def reproduced_table(results: list[ResultSet], published: list) -> Table:
+    """Every model of every folder: ours against the paper on pop100, our full ranking, and convergence."""
+    table_rows, breaks = [], set()
+    for result in results:
+        breaks.add(len(table_rows))
+        for model in names.order_models(result.values("model")):
+            rows = result.select(model=model, study="main")
+            pop100 = [row for row in rows if row.protocol == "pop100"]
+            full = [row for row in rows if row.protocol == "full"]
+            if not pop100:
+                continue
+            cells = [label(names.dataset_name(pop100[0].dataset)), label(names.model_name(model)),
+                     Cell(str(len(pop100)), len(pop100))]
+            source = ""
+            for metric in METRICS:
+                ours = summarize(pop100, metric)
+                paper, where = paper_value(pop100[0], published, metric)
+                source = source or where
+                ratio = ours.mean / paper if ours is not None and paper else None
+                cells += [value_cell(ours), Cell(fmt(paper), paper),
+                          Cell(f"{ratio:.2f}" if ratio is not None else "–", ratio)]
+            summary = model_summary(rows)
+            epochs = [summary["best_epoch"][seed] for seed in summary["seeds"]]
+            hours = list(summary["train_hours"].values())
+            cells += [value_cell(summarize(full, "NDCG@10")), label(source),
+                      Cell("/".join(str(e) for e in epochs), float(np.mean(epochs)) if epochs else None),
+                      Cell(f"{np.mean(hours):.1f}" if hours else "–", float(np.mean(hours)) if hours else None),
+                      label({None: "no training", True: "yes"}.get(summary["converged"], "no: " + ", ".join(
+                          sorted({str(s) for s in summary["stopped_by"].values()}))))]
+            table_rows.append(cells)
+    notes = ["Ours: test metrics, mean ± std over the seeds (n), converge profile (models/fidelity.md), the "
+             "precision each file records; paper: Sun et al. (2019), the row each of ours is held against "
+             "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only; the others: Table 2). "
+             "pop100: 100 negatives sampled by popularity, the paper's protocol; full: every item ranked. "
+             "Best epoch per seed; training hours on 2 CPU cores, one thread per job. Converged: early stopping "
+             "on validation NDCG@10 ended every seed."]
+    return Table("reproduced", "Reproduced here: the converge profile against the paper",
+                 ["Dataset", "Model", "Seeds", "NDCG@10", "Paper", "Ratio", "HR@10", "Paper", "Ratio",
+                  "Full NDCG@10", "Paper row", "Best epoch", "Hours", "Converged"],
+                 table_rows, notes=notes, align="llrrrrrrrrlrrl", breaks=breaks)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", type=Path, help="results folders of run_all.py --profile converge")
+    parser.add_argument("--output", type=Path, default=ROOT / "results" / "reference")
+    args = parser.parse_args(argv)
+    published, _ = load_published()
+    loaded = []
+    for folder in args.folders:
+        result = load_results(folder)
+        datasets = result.values("dataset")
+        profiles = {result.profile(row) for row in result.rows}
+        if len(datasets) != 1 or profiles != {"converge"}:
+            sys.exit(f"{folder}: expected the rows of one dataset under --profile converge, found datasets "
+                     f"{sorted(datasets)} and profiles {sorted(map(str, profiles))}")
+        dataset = datasets.pop()
+        keys = {row.get("key") for row in result.rows}
+        summaries = [model_summary(result.select(model=model, study="main"))
+                     for model in names.order_models(result.values("model"))]
+        write_atomic(args.output / f"converge-{dataset}.json", json.dumps({
+            "dataset": dataset, "profile": "converge", "folder": str(folder),
+            "command": f"python -m benchmarks.experiments.converge_reference {' '.join(map(str, args.folders))}",
+            "invocations": invocations(folder, keys), "summary": summaries,
+            "rows": [row.raw for row in result.rows]}, indent=1) + "\n")
+        print(f"written: {args.output / f'converge-{dataset}.json'} ({len(summaries)} models)")
+        loaded.append(result)
+        transformers = ResultSet(result.folder, result.select(model=TRANSFORMERS), result.config)
+        for figure in curve_figures(transformers, args.output / "converge").figures:
+            print(f"written: {', '.join(map(str, figure.paths))}")
+    md, tex = write_table(reproduced_table(loaded, published), args.output / "converge")
+    print(f"written: {md}, {tex}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
