@@ -104,20 +104,12 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
     - ``progress``: progress bars (``False``: none); ``log``: where the console lines go (``print``).
 
     Raises ``GridError`` before any training when the grid cannot run (every problem, one line each),
-    ``JobsFailed`` (holding the finished rows) after it when some jobs failed, and ``TypeError`` for a keyword
-    ``run`` does not take (naming those it does).
-    """
-    wrong = [name for name in options if name not in RUN_OPTIONS]
-    if wrong:
-        raise TypeError(f"run(): {unknown('keyword argument', wrong[0], list(inspect.signature(run).parameters))}")
-    if task not in TASKS:
-        raise unknown("task", task, TASKS)
+    ``JobsFailed`` (holding the finished rows) after it when some jobs failed, ``TypeError`` for a keyword ``run``
+    does not take (naming those it does)."""
+    options = _options(options, task)
     fmt = LogFormat(**log_format) if isinstance(log_format, dict) else (log_format or LogFormat())
     names, logs = _datasets(datasets, fmt)
     model_names = [model if isinstance(model, str) else model_name_of(model) for model in _listed(models)]
-    options = {**RUN_OPTIONS, **options}
-    if options["protocols"] is None:
-        options["protocols"] = (PAIRS,) if task == RELEVANCE else ("full", "pop100")
     output = Path(output or Path("results") / f"{'-'.join(names)}{'-relevance' if task == RELEVANCE else ''}"
                                               f"-{options['profile']}")
     command = ["recbench.benchmarks.api.run", f"datasets={names}", f"models={model_names}", f"seeds={list(seeds)}",
@@ -138,6 +130,20 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
 # sets output, the logs and the command itself.
 RUN_OPTIONS = {item.name: None if item.name == "protocols" else item.default for item in dataclasses.fields(RunOptions)
                if item.name not in ("output", "logs", "command")}
+
+
+def _options(given: dict, task: str) -> dict:
+    """Every field of :data:`RUN_OPTIONS`, the given ones over the defaults, the protocols by the task; a keyword
+    that is none of run's parameters is one line naming them."""
+    wrong = [name for name in given if name not in RUN_OPTIONS]
+    if wrong:
+        raise TypeError(f"run(): {unknown('keyword argument', wrong[0], list(inspect.signature(run).parameters))}")
+    if task not in TASKS:
+        raise unknown("task", task, TASKS)
+    options = {**RUN_OPTIONS, **given}
+    if options["protocols"] is None:
+        options["protocols"] = (PAIRS,) if task == RELEVANCE else ("full", "pop100")
+    return options
 
 
 def _signature_with_options() -> inspect.Signature:
