@@ -285,6 +285,22 @@ def test_every_declared_space_asks_for_the_defaults_first(model, tmp_path):
                                           if space.dimensions[name].contains(value)}
 
 
+@pytest.mark.slow  # about a minute: one epoch of two trials for each of 13 models on the synthetic data
+def test_every_declared_space_finishes_the_defaults_trial_and_chooses_no_worse(tmp_path):
+    models = [name for name in model_names() if declared_space(name, "synthetic").dimensions]
+    assert tune_cli(tmp_path, "--datasets", "synthetic", "--models", *models, "--trials", "1", "--sampler", "random",
+                    "--pruner", "none", "--budget-epochs", "1", "--no-final", "--threads", "1", "--quiet",
+                    "--no-report") == 0
+    tuned = tomllib.loads((tmp_path / "out" / "tuned.toml").read_text())
+    for model in models:
+        trials = study(tmp_path / "out", f"tune-synthetic-{model}").trials
+        defaults = defaults_trial(trials)
+        assert defaults.state.name == "COMPLETE" and len(trials) == 2, model
+        chosen = tuned[model]["tuned_from"]["synthetic"]
+        finished = [t.value for t in trials if t.value is not None]
+        assert chosen["value"] >= defaults.value and chosen["value"] == max(finished)
+
+
 def defaults_trial(trials):
     (found,) = [trial for trial in trials if trial.user_attrs.get("defaults")]
     return found
