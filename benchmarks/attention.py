@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from recbench.datasets.sequences import PAD, Histories
+from recbench.models.base import wrong_return
 
 LAST_POSITIONS = 10  # paper Fig. 2: the last 10 positions, the last of them [mask]
 
@@ -66,6 +67,11 @@ def attention_arrays(model, view: Histories, user: int = 0) -> dict[str, np.ndar
         one = model.attention_weights(history)
     if one is None:
         return None
+    if not (isinstance(one, tuple) and len(one) == 2 and all(isinstance(part, torch.Tensor) for part in one)
+            and one[0].dim() == 2 and one[1].dim() == 5 and one[1].shape[-2:] == (one[0].shape[1],) * 2
+            and len(one[0]) == len(one[1]) == 1):
+        raise wrong_return(model, "attention_weights(histories)", one, "(items (B, T), weights (B, layers, heads, T, "
+                                                                       "T)), or None for a model without attention")
     items, weights = one
     return {**average_attention(model, view), "user_weights": weights[0].float().cpu().numpy(),
             "user_items": items[0].cpu().numpy(), "user": np.array(user)}

@@ -37,7 +37,7 @@ from recbench.benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
 from recbench.datasets.errors import unknown
 from recbench.datasets.progress import progress_bar
 from recbench.datasets.sequences import LeaveOneOutSplit
-from recbench.models.base import Recommender
+from recbench.models.base import Recommender, ScoreFactors, wrong_return
 
 PROTOCOLS = ("full", *SAMPLED_PROTOCOLS)
 # Users per seeded draw of the sampled protocols' candidate order (the evaluator's former fixed chunk size).
@@ -52,6 +52,20 @@ def compare_rows(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.T
     if scores.device.type == "cpu":
         return count_rows_on_cpu(scores, reference)
     return (scores > reference).sum(1), (scores == reference).sum(1), float(scores.max())
+
+
+def check_factors(model: Recommender, factors, rows: int, n_slots: int) -> None:
+    """``score_factors`` of ``rows`` histories, refused in one line unless they are :class:`ScoreFactors` whose
+    shapes make a ``(rows, n_slots)`` score matrix."""
+    expected = (f"ScoreFactors(queries ({rows}, d), items ({n_slots}, d), bias ({n_slots},) or None) "
+                f"(recbench.models.base), or None when the scores are no such product")
+    if not isinstance(factors, ScoreFactors):
+        raise wrong_return(model, "score_factors(users, histories)", factors, expected)
+    queries, items, bias = factors
+    if not (isinstance(queries, torch.Tensor) and isinstance(items, torch.Tensor) and queries.dim() == items.dim() == 2
+            and queries.shape == (rows, items.shape[1]) and len(items) == n_slots
+            and (bias is None or isinstance(bias, torch.Tensor) and tuple(bias.shape) == (n_slots,))):
+        raise wrong_return(model, "score_factors(users, histories)", tuple(factors), expected)
 
 
 @contextmanager
@@ -230,6 +244,7 @@ class Evaluator:
             factors = model.score_factors(users_t, histories)
             if factors is None:
                 return None
+            check_factors(model, factors, len(chunk), self.split.n_items + 1)
             bar.set_description_str(f"{label} (queries)")
             queries.append(factors.queries)
             bar.update(len(chunk))

@@ -40,11 +40,13 @@ from recbench.datasets.errors import unknown
 from recbench.datasets.sequences import Histories
 from recbench.models.base import (
     FitReport,
+    InterfaceError,
     NeuralRecommender,
     Recommender,
     Validator,
     require as require_setting,
     require_choice,
+    wrong_return,
 )
 
 FINITE_CHECK_STEPS = 50  # batches between two checks that the loss is finite (each check waits for the device)
@@ -211,7 +213,25 @@ def fit_model(model: Recommender, train: Histories, validate: Validator | None, 
     by its own ``fit``."""
     if isinstance(model, NeuralRecommender):
         return Trainer(settings, run).fit(model, train, validate)
-    return model.fit(train)
+    report = model.fit(train)
+    if not isinstance(report, FitReport):
+        raise wrong_return(model, "fit(train)", report, "a FitReport (recbench.models.base.FitReport(train_seconds="
+                                                        "...), as models/pop.py does)")
+    return report
+
+
+def training_examples(model: NeuralRecommender, train: Histories) -> dict[str, torch.Tensor]:
+    """``model.training_examples(train)``, refused in one line unless it is what the trainer slices batches
+    from: a dict of tensors with the same number of rows."""
+    examples = model.training_examples(train)
+    expected = "a dict of tensors with one row per training example, the same number of rows in each"
+    if not (isinstance(examples, dict) and examples
+            and all(isinstance(value, torch.Tensor) and value.dim() > 0 for value in examples.values())):
+        raise wrong_return(model, "training_examples(train)", examples, expected)
+    if len({len(value) for value in examples.values()}) > 1:
+        shapes = ", ".join(f"{key!r}: {tuple(value.shape)}" for key, value in examples.items())
+        raise InterfaceError(f"{model.name}.training_examples(train) returned tensors of {shapes}; return {expected}")
+    return examples
 
 
 class Trainer:
@@ -242,7 +262,7 @@ class Trainer:
 
     def _start(self, model: NeuralRecommender, train: Histories) -> _Session:
         s, device = self.settings, model.device
-        examples = {key: value.to(device) for key, value in model.training_examples(train).items()}
+        examples = {key: value.to(device) for key, value in training_examples(model, train).items()}
         n_examples = len(next(iter(examples.values())))
         if n_examples == 0:
             raise ValueError(f"{model.name}: the training view produced no training examples")
@@ -326,6 +346,9 @@ class Trainer:
         s = self.settings
         with torch.autocast(device_type=session.model.device.type, dtype=torch.bfloat16, enabled=session.use_amp):
             loss = session.loss_of(batch, session.generator)
+        if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+            raise wrong_return(session.model, "loss(batch, generator)", loss, "the batch's loss as a scalar tensor "
+                                                                              "(e.g. the mean over its examples)")
         session.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if s.clip_norm:

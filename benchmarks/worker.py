@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import socket
 import threading
@@ -42,7 +43,7 @@ from recbench.benchmarks.store import ClaimedElsewhere, claimed, now
 from recbench.benchmarks.trainer import TrainRun, fit_model, resolve_device
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models import model_class
-from recbench.models.base import FitReport, Recommender
+from recbench.models.base import FitReport, InterfaceError, Recommender, wrong_return
 from recbench.models.relevance import RelevanceModel
 
 SCHEMA_VERSION = 1  # of a result row (results/README.md); rows only ever gain fields within a version
@@ -182,8 +183,10 @@ def _seed(seed: int, device: torch.device) -> None:
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)
 
 
-def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device, log) -> tuple[list, dict, bool]:
-    """The job's result rows, the files behind them and whether it trained."""
+def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device, log,
+                   model: Recommender | None = None) -> tuple[list, dict, bool]:
+    """The job's result rows, the files behind them and whether it trained. ``model``: the job's model built by
+    the caller (the interface check watches what the harness hands it), else built here."""
     planned, job = payload.planned, payload.planned.job
     _seed(job.seed, device)
     checkpoint = Path(payload.checkpoint)
@@ -196,7 +199,8 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     pairs = RelevanceEvaluator(split, seed=job.seed, cache_dir=Path(payload.negatives_dir))
     memory = PeakMemory(device)
     memory.reset()
-    model = _model_class(planned)(data.n_users, data.n_items, planned.config.model)
+    if model is None:
+        model = _model_class(planned)(data.n_users, data.n_items, planned.config.model)
     if isinstance(model, torch.nn.Module):
         model.to(device)
     validate = _validator(model, planned, evaluator, pairs, data.n_users)
@@ -204,7 +208,7 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
                    on_validation=payload.on_validation)
     cpu_started = time.process_time()
     fit = fit_model(model, split.train(), validate, planned.config.train, run)
-    facts = {**_job_fields(planned, data), **_fit_fields(planned, fit), "model_report": model.training_report(),
+    facts = {**_job_fields(planned, data), **_fit_fields(planned, fit), "model_report": _training_report(model),
              "train_cpu_seconds": time.process_time() - cpu_started, "peak_memory_mb": memory.peak_mb(),
              "device": describe_device(device), "versions": library_versions(), "commit": payload.commit}
     if not payload.test:  # a tuning trial: the test split is never evaluated
@@ -214,6 +218,19 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     files = {test.per_user_file: test.arrays for test in tests}
     files.update(_extra_files(model, payload, evaluator, rows))
     return rows, files, fit.epochs_run > 0
+
+
+def _training_report(model: Recommender) -> dict:
+    """``model.training_report()``, refused in one line unless a row can hold it (``results.jsonl`` is JSON)."""
+    report, expected = model.training_report(), "a dict of JSON values (numbers, strings, lists, dicts)"
+    if not isinstance(report, dict):
+        raise wrong_return(model, "training_report()", report, expected)
+    try:
+        json.dumps(report)
+    except (TypeError, ValueError) as error:
+        raise InterfaceError(f"{model.name}.training_report() returned a dict that JSON cannot hold ({error}); "
+                             f"return {expected}") from None
+    return report
 
 
 def _model_class(planned: PlannedJob):

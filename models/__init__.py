@@ -180,15 +180,32 @@ def _import(path: str, name: str):
 
 
 def _check_model_class(cls, name: str) -> None:
-    from recbench.models.base import Recommender  # start-up time: the registry lists names without importing torch
+    from recbench.models import base  # start-up time: the registry lists names without importing torch
 
-    if not (isinstance(cls, type) and issubclass(cls, Recommender)):
+    if not (isinstance(cls, type) and issubclass(cls, base.Recommender)):
+        twin = _imported_twice(cls, base)
+        if twin is not None:
+            raise ValueError(f"model {name!r}: {cls.__qualname__} derives from {twin}.Recommender, and {twin} is "
+                             f"the suite's models/base.py imported a second time under another name (the checkout's "
+                             f"folder on sys.path), which Python takes for other classes; import them as "
+                             f"`from recbench.models.base import NeuralRecommender` (or Recommender)")
         raise ValueError(f"model {name!r}: {cls!r} is not a model class; derive it from "
                          f"recbench.models.base.NeuralRecommender (or Recommender for a model without gradient "
                          f"training)")
     if not dataclasses.is_dataclass(getattr(cls, "Config", None)):
         raise ValueError(f"model {name!r}: {cls.__qualname__}.Config must be a dataclass of its hyper-parameters "
                          f"(an empty @dataclass class when it has none)")
+
+
+def _imported_twice(cls, base) -> str | None:
+    """The name of a module among ``cls``'s bases that is the file of ``base`` imported under another name
+    (``models.base`` from the checkout, beside ``recbench.models.base``), else None."""
+    for parent in getattr(cls, "__mro__", ()):
+        module = sys.modules.get(parent.__module__)
+        file = getattr(module, "__file__", None)
+        if module is not base and file and os.path.exists(file) and os.path.samefile(file, base.__file__):
+            return parent.__module__
+    return None
 
 
 def _origin(name: str, cls: type) -> dict:

@@ -87,6 +87,27 @@ def require_choice(settings, field: str, choices) -> None:
     require(settings, getattr(settings, field) in choices, field, f"be one of {', '.join(map(str, choices))}")
 
 
+class InterfaceError(TypeError):
+    """A model's method returned what the harness cannot use; the message, one line, says what to return."""
+
+
+def wrong_return(model, call: str, value, expected: str) -> InterfaceError:
+    """The one shape of such an error, to raise: ``MyRec.fit(train) returned a dict; return a FitReport ...``."""
+    return InterfaceError(f"{getattr(model, 'name', type(model).__name__)}.{call} returned {described(value)}; "
+                          f"return {expected}")
+
+
+def described(value) -> str:
+    """What a returned value is, for :func:`wrong_return`: ``a tensor of shape (32,)``, ``a dict``, ``None``."""
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return f"a tuple of {len(value)} ({', '.join(described(part) for part in value)})"
+    return f"a {type(value).__name__}"
+
+
 @dataclass
 class FitReport:
     """How a model was fitted: what the trainer reports for a neural model, what ``fit`` returns for any other."""

@@ -3,6 +3,7 @@ models, a left-padded history builder, a scorer with fixed scores, models of a u
 running command and a Dask cluster on this machine. Test modules import them from here, never from one another;
 the shared fixtures are in ``conftest.py``."""
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -165,6 +166,29 @@ lr = 1e-2             # our choice
 [smoke.train]
 max_epochs = 2        # smoke profile: seconds
 """
+
+
+README_BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+SAVED_AS = re.compile(r"save\s+this\s+as\s+`([^`]+)`:\s*$", re.I)
+
+
+def readme_section(title: str) -> str:
+    """The text of README.md's section ``## title``."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"## {title}\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def readme_blocks(title: str) -> list[tuple[str, str, str | None]]:
+    """Every code block of README.md's section ``title`` as (language, text, the path the sentence just before it
+    says to save it as, or None)."""
+    text, blocks = readme_section(title), []
+    for block in README_BLOCK.finditer(text):
+        before = text[:block.start()].rstrip("\n")
+        target = SAVED_AS.search(before)
+        saved = target.group(1) if target is not None and target.end() == len(before) else None
+        blocks.append((*block.groups(), saved))
+    return blocks
 
 
 def write_package(root: Path, package: str, files: dict[str, str]) -> Path:

@@ -1,11 +1,18 @@
-"""The interface battery (``benchmarks.check_model``): every registered model passes it, and each kind of broken
-model fails the check that concerns it, with a message that says what to fix. The battery replaces the hand-kept
-lists of models whose shapes, candidate scores, batching, padding and training examples the tests checked."""
+"""The interface battery (``benchmarks.check_model``): every registered model and the README's models of one's own
+pass it and then run in a one-job grid; each kind of broken model fails the check that concerns it, with one line
+that says what to fix (issue 29: a fitted model whose ``fit`` returned a dict passed and then failed its grid job; a
+model reading the held-out target, or one whose scores depend on the batch above 64 users, passed). The battery
+replaces the hand-kept lists of models whose shapes, candidate scores, batching, padding and training examples the
+tests checked."""
+import inspect
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,22 +21,61 @@ from torch import nn
 from recbench.benchmarks.commands import check_model as battery
 from recbench.benchmarks.commands.check_model import FAILED, ModelCheckError, check_model
 from recbench.benchmarks.config import resolve
-from recbench.datasets import PAPER_DATASETS
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.options import RunOptions
+from recbench.datasets import PAPER_DATASETS, generate
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class, model_name_of, model_names
-from recbench.models.base import NeuralRecommender, gather_candidates
-from tests.helpers import PADDING_SENSITIVE_MODEL, ROOT, write_package
+from recbench.models.base import FitReport, NeuralRecommender, Recommender, gather_candidates
+from tests.helpers import PADDING_SENSITIVE_MODEL, ROOT, readme_blocks, write_package
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("name", model_names())
-def test_every_registered_model_passes_the_battery(name):
+@pytest.fixture(scope="module")
+def readme_models(tmp_path_factory) -> dict[str, str]:
+    """The README's models of one's own ("Bring your own model"), saved as it says into a package named afresh (a
+    process imports a module once): README file name -> import path."""
+    package = f"readme_{uuid.uuid4().hex[:8]}"
+    files = {Path(target).name: body for _, body, target in readme_blocks("Bring your own model") if target}
+    root = tmp_path_factory.mktemp("readme")
+    write_package(root, package, files)
+    sys.path.insert(0, str(root))
+    yield {name: f"{package}.{name.removesuffix('.py')}:{_defined_model(body)}"
+           for name, body in files.items() if name.endswith(".py")}
+    sys.path.remove(str(root))
+
+
+def _defined_model(source: str) -> str:
+    """The name of the model class a README block defines."""
+    return next(line.split()[1].split("(")[0] for line in source.splitlines()
+                if line.startswith("class ") and "Recommender)" in line)
+
+
+@pytest.mark.parametrize("name", [*model_names(), "README:mymodel.py", "README:itemknn.py"])
+def test_every_model_that_passes_the_battery_runs_in_a_one_job_grid(name, readme_models, tmp_path):
+    """Every registered model and the README's own: the battery, then the grid the battery promises it runs in
+    (tiny synthetic data, the smoke profile, both test protocols)."""
+    name = readme_models[name.removeprefix("README:")] if name.startswith("README:") else name
     results = check_model(name)  # raises ModelCheckError naming each failure
     assert {result.check for result in results} >= {"interface", "settings", "test item", "shapes", "candidates",
                                                     "batch", "padding", "relevance"}
     ran = {result.check for result in results if result.status != "skipped"}
     assert "checkpoint" in ran or not issubclass(model_class(name), NeuralRecommender)
+    options = RunOptions(output=tmp_path / "out", profile="smoke", cache_dir=tmp_path / "cache", device="cpu",
+                         progress=False)
+    grid = run_jobs([Job("tiny", name, 0, overrides=_short(name))], options,
+                    preloaded={"tiny": generate(120, 300, 8.0, seed=1, name="tiny")}, log=lambda *_: None)
+    assert not grid.failed, grid.failed[0].error
+    assert sorted(row["protocol"] for row in grid.rows) == ["full", "pop100"]
+    assert all(np.isfinite(list(row["metrics"].values())).all() for row in grid.rows)
+
+
+def _short(name: str) -> tuple:
+    """Smoke-sized training on the tiny data: at most 3 epochs (no setting for a model that does not train)."""
+    return (f"{name}:max_epochs=3",) if issubclass(model_class(name), NeuralRecommender) else ()
 
 
 @pytest.mark.parametrize("name", model_names())
@@ -125,21 +171,150 @@ class NotAModel:
     Config = SmallConfig
 
 
+class ReadsTheTarget(Sound):
+    """Looks up the evaluator's held-out targets while it scores (in its callers' frames) and ranks them first."""
+
+    def score(self, users, histories, candidates):
+        full = self.query(histories) @ self.items.weight.T
+        frame = inspect.currentframe().f_back
+        while frame is not None and not isinstance(frame.f_locals.get("targets"), torch.Tensor):
+            frame = frame.f_back
+        if frame is not None:
+            full = full.clone()
+            full[torch.arange(len(full)), frame.f_locals["targets"]] += 100.0
+        return gather_candidates(full, candidates)
+
+
+class BatchNormalisedAbove64(Sound):
+    """Scores relative to the batch's mean, but only in batches of more than 64 users."""
+
+    def score(self, users, histories, candidates):
+        full = self.query(histories) @ self.items.weight.T
+        return gather_candidates(full - full.mean(0) if len(full) > 64 else full, candidates)
+
+
+class FitReturnsADict(Recommender):
+    """POP whose fit returns a plain dict (the issue's model: the grid failed on 'dict' has no 'settings')."""
+
+    Config = SmallConfig
+
+    def __init__(self, n_users, n_items, config):
+        super().__init__(n_users, n_items, config)
+        self.counts = torch.zeros(n_items + 1)
+
+    def fit(self, train):
+        self.counts = torch.from_numpy(np.bincount(train.items, minlength=self.n_items + 1).astype(np.float32))
+        return {"train_seconds": 0.0}
+
+    def score(self, users, histories, candidates):
+        return gather_candidates(self.counts.expand(len(users), -1), candidates)
+
+
+class ExamplesInAList(Sound):
+    def training_examples(self, train):
+        return list(super().training_examples(train).values())
+
+
+class ExamplesOfTwoLengths(Sound):
+    def training_examples(self, train):
+        examples = super().training_examples(train)
+        return {**examples, "target": examples["target"][:-1]}
+
+
+class LossPerExample(Sound):
+    def loss(self, batch, generator):
+        return F.cross_entropy(self.query(batch["history"]) @ self.items.weight.T, batch["target"], reduction="none")
+
+
+class FactorsInATuple(Sound):
+    def score_factors(self, users, histories):
+        return self.query(histories), self.items.weight, None
+
+
+class ReportOfNumpyIntegers(Sound):
+    def training_report(self):
+        return {"examples": np.int64(3)}
+
+
+class AttentionWithoutItems(Sound):
+    def attention_weights(self, histories):
+        return torch.full((len(histories), 1, 1, 3, 3), 1 / 3)
+
+
+class FractionalHistoryLength(Sound):
+    @property
+    def history_length(self):
+        return 3.0
+
+
 @pytest.mark.parametrize("cls, check, words", [
     (PaddingCounts, "padding", "left padding"),
     (CandidatesApart, "candidates", "gather_candidates"),
     (BatchNormalised, "batch", "other users of the batch"),
+    (BatchNormalisedAbove64, "batch", "300 users at once against batches of 32 and of one"),
+    (ReadsTheTarget, "test item", "change with the item held out, for the same users and histories"),
     (StateOutsideTheStateDict, "checkpoint", "register_buffer"),
     (UnreadableSettings, "settings", "annotate each Config field"),
     (WrongShape, "shapes", "column 0 (padding) included"),
     (NotAModel, "interface", "derive it from recbench.models.base.NeuralRecommender"),
+    # what the worker's path gets back and cannot use: one line saying what to return
+    (FitReturnsADict, "interface", "fit(train) returned a dict; return a FitReport"),
+    (ExamplesInAList, "interface", "training_examples(train) returned a list; return a dict of tensors"),
+    (ExamplesOfTwoLengths, "interface", "returned tensors of 'history': (2314, 3), 'target': (2313,); return a dict"),
+    (LossPerExample, "interface", "returned a torch.float32 tensor of shape (256,); return the batch's loss as a "
+                                  "scalar tensor"),
+    (FactorsInATuple, "interface", "score_factors(users, histories) returned a tuple of 3 (a torch.float32 tensor of "
+                                   "shape (300, 8), a torch.float32 tensor of shape (1001, 8), None); return "
+                                   "ScoreFactors(queries (300, d), items (1001, d), bias (1001,) or None)"),
+    (ReportOfNumpyIntegers, "interface", "training_report() returned a dict that JSON cannot hold"),
+    (AttentionWithoutItems, "interface", "attention_weights(histories) returned a torch.float32 tensor of shape "
+                                         "(1, 1, 1, 3, 3); return (items (B, T), weights (B, layers, heads, T, T))"),
+    (FractionalHistoryLength, "interface", "history_length returned a float; return an int >= 0"),
 ])
-def test_a_broken_model_fails_the_check_that_concerns_it(cls, check, words):
+def test_a_broken_model_fails_the_check_that_concerns_it_in_one_line(cls, check, words):
     with pytest.raises(ModelCheckError) as raised:
         check_model(cls)
     failed = {result.check: result.message for result in raised.value.results if result.status == FAILED}
     assert set(failed) == {check}, failed
     assert words in failed[check] and words in str(raised.value)
+    assert "\n" not in failed[check]
+
+
+def test_the_faults_the_battery_now_catches_change_the_metrics():
+    """What passed before (issue 29): reading the target gives HR@1 = 1 in the evaluator; scores normalised over
+    batches above 64 users give other metrics at the evaluator's batch of 256 than at 32."""
+    data, _ = battery.sentinel_data()
+    split = LeaveOneOutSplit(data)
+    for cls in (ReadsTheTarget, BatchNormalisedAbove64):
+        torch.manual_seed(0)
+        model = cls(data.n_users, data.n_items, SmallConfig()).eval()
+        by_batch = {size: Evaluator(split, seed=0, batch_size=size).evaluate(model, "test", "full").metrics
+                    for size in (32, 256)}
+        if cls is ReadsTheTarget:
+            assert by_batch[32]["HR@1"] == by_batch[256]["HR@1"] == 1.0
+        else:
+            assert by_batch[32]["NDCG@10"] != by_batch[256]["NDCG@10"]
+
+
+def test_a_class_derived_from_the_checkouts_models_base_is_told_it_is_the_same_file_under_another_name():
+    """From the checkout, ``models.base`` is recbench/models/base.py imported again under its folder's name."""
+    from models.base import Recommender as Twin  # the same file under the checkout's folder name, on purpose
+
+    class Fitted(Twin):
+        Config = SmallConfig
+
+        def fit(self, train):
+            return FitReport(train_seconds=0.0)
+
+        def score(self, users, histories, candidates):
+            return torch.zeros(len(users), self.n_items + 1)
+
+    with pytest.raises(ModelCheckError) as raised:
+        check_model(Fitted)
+    (message,) = [result.message for result in raised.value.results if result.status == FAILED]
+    assert "derives from models.base.Recommender, and models.base is the suite's models/base.py imported a second " \
+           "time under another name" in message
+    assert "`from recbench.models.base import NeuralRecommender` (or Recommender)" in message
 
 
 class GlobalDropout(Sound):
@@ -173,7 +348,7 @@ def test_the_test_item_check_catches_a_split_that_leaks(monkeypatch):
 
 
 def test_the_settings_check_fails_when_a_wrong_set_is_accepted(monkeypatch):
-    bench = battery._bench(model_name_of(Sound))
+    bench, _ = battery._bench(model_name_of(Sound))
     monkeypatch.setattr(battery, "resolve", lambda *args, **kwargs: None)  # a suite that accepted anything
     monkeypatch.setattr(battery, "check_overrides", lambda *args, **kwargs: [])
     assert "--set tests.test_check_model:Sound:no_such_field=1 was accepted" in battery._check_settings(bench)

@@ -2,9 +2,12 @@
 path or an entry point beside the registered names; its settings from its Config, a TOML beside its module,
 --config and --set; run with --jobs 2, through the Python API and on a Dask cluster; resumed, rerun after its
 source changes, and reported. Each model is written by the test into a package outside the checkout."""
+import dataclasses
 import importlib
+import inspect
 import json
 import os
+import pydoc
 import socket
 import subprocess
 import sys
@@ -20,6 +23,7 @@ import run_all
 from recbench.benchmarks import studies
 from recbench.benchmarks.api import run
 from recbench.benchmarks.jobs import GridError
+from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.store import read_results
 from recbench.datasets import generate
 from recbench.models import model_names
@@ -274,6 +278,21 @@ def test_an_edit_after_import_is_refused_until_the_module_is_reloaded(own, tmp_p
     second = run(data, [own.model], resume=True, **common)
     assert second["key"][0] != first["key"][0]
     assert second["model_source"][0]["sha256"] != first["model_source"][0]["sha256"]
+
+
+def test_help_shows_every_parameter_of_run_and_a_wrong_keyword_names_them(tmp_path):
+    """Issue 29: help(run) showed ``**options``, and a wrong keyword was RunOptions.__init__()'s TypeError."""
+    shown = inspect.signature(run).parameters
+    options = {item.name for item in dataclasses.fields(RunOptions)} - {"output", "logs", "command"}
+    assert options <= set(shown) and all(shown[name].kind == inspect.Parameter.KEYWORD_ONLY for name in options)
+    assert shown["profile"].default == "smoke" and shown["progress"].default is True
+    assert all(f"``{name}``" in run.__doc__ for name in shown)  # each explained
+    text = pydoc.render_doc(run, renderer=pydoc.plaintext)
+    assert "**options" not in text and "n_jobs=1" in text and "``dask_scheduler``" in text
+    with pytest.raises(TypeError) as raised:
+        run("synthetic", ["pop"], quiet=True, output=tmp_path / "out")
+    assert str(raised.value) == f"run(): unknown keyword argument 'quiet'; expected one of {', '.join(shown)}"
+    assert not (tmp_path / "out").exists()
 
 
 # ----------------------------------------------------------------------------------------------- Dask

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+from types import SimpleNamespace
 
 import pytest
 from packaging.requirements import Requirement
@@ -17,9 +18,12 @@ import run_all
 from recbench.benchmarks import tune, worker
 from recbench.benchmarks.config import resolve, toml_value
 from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.trainer import TrainSettings, Validation
 from recbench.benchmarks.tuning.pruning import TrialReporter, open_storage
 from recbench.benchmarks.tuning.space import declared_space
+from recbench.benchmarks.tuning.study import Context, SearchSettings, Study, default_values
+from recbench.models import model_names
 from recbench.reports import generate_report
 from tests.helpers import ROOT, dask_cluster, wait_for
 
@@ -82,16 +86,16 @@ def search(tmp_path_factory):
 def test_a_search_computes_no_test_metric_before_the_final_runs(search):
     folder, calls = search
     trials = [call for call in calls if call == ("train", "tuning")]
-    assert len(trials) == 3 + 2  # three trials, then the tuned and the default final runs (study "tuning" too)
+    assert len(trials) == 1 + 3 + 2  # the defaults' trial, three more, the tuned and the default final runs
     first_test = calls.index(("evaluate", "test"))
-    assert calls[:first_test].count(("train", "tuning")) == 4  # every trial, and the first final run, trained
+    assert calls[:first_test].count(("train", "tuning")) == 5  # every trial, and the first final run, trained
     assert ("evaluate", "valid") in calls[:first_test]
     assert {split for kind, split in calls if kind == "evaluate"} == {"valid", "test"}
     rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     assert sorted((row["variant"], row["protocol"]) for row in rows) == [
         ("default", "full"), ("default", "pop100"), ("tuned", "full"), ("tuned", "pop100")]
     assert all(row["split"] == "test" for row in rows)
-    assert [t.state.name for t in study(folder).trials] == ["COMPLETE"] * 3
+    assert [t.state.name for t in study(folder).trials] == ["COMPLETE"] * 4
 
 
 def test_the_same_command_with_resume_runs_nothing_again(search, tmp_path, monkeypatch):
@@ -105,7 +109,7 @@ def test_the_same_command_with_resume_runs_nothing_again(search, tmp_path, monke
     code = tune.main(["--datasets", "synthetic", "--models", "bprmf", "--trials", "3", "--threads", "1", "--quiet",
                       "--output", str(folder), "--cache-dir", str(folder.parent / "cache"), "--resume"])
     assert code == 0 and ran == []
-    assert len(study(folder).trials) == 3 and settings() == before
+    assert len(study(folder).trials) == 4 and settings() == before
     # without --resume an existing study is an error rather than a silent second search
     assert tune.main(["--datasets", "synthetic", "--models", "bprmf", "--trials", "3", "--quiet",
                       "--output", str(folder), "--cache-dir", str(folder.parent / "cache")]) == 2
@@ -114,6 +118,7 @@ def test_the_same_command_with_resume_runs_nothing_again(search, tmp_path, monke
 def test_the_chosen_settings_reproduce_the_best_trial_through_run_all(search, tmp_path):
     folder, _ = search
     best = max(study(folder).get_trials(states=(optuna.trial.TrialState.COMPLETE,)), key=lambda t: t.value)
+    (summary,) = json.loads((folder / "tuning.json").read_text())["studies"]
     code = run_all.main(["--datasets", "synthetic", "--models", "bprmf", "--config", str(folder / "tuned.toml"),
                          "--threads", "1", "--protocols", "full", "--output", str(tmp_path / "again"), "--quiet",
                          "--no-report", "--cache-dir", str(tmp_path / "cache")])
@@ -123,7 +128,11 @@ def test_the_chosen_settings_reproduce_the_best_trial_through_run_all(search, tm
     assert row["tuned_from"]["trial"] == best.number and row["tuned_from"]["study"] == "tune-synthetic-bprmf"
     assert row["tuned_from"]["storage"].endswith("tuning.db")
     assert {name: row["hyperparameters"][name] for name in ("hidden", "reg", "sample_alpha")} == \
-        {name: best.params[name] for name in ("hidden", "reg", "sample_alpha")}
+        {name: summary["best"]["params"][name] for name in ("hidden", "reg", "sample_alpha")}
+    # the summary gives the best trial's every searched value (the defaults' trial's parameters are those inside
+    # the space only)
+    assert summary["best"]["number"] == best.number
+    assert all(summary["best"]["params"][name] == value for name, value in best.params.items())
 
 
 def test_the_report_has_a_tuning_section_with_holm_corrected_marks(search):
@@ -136,13 +145,15 @@ def test_the_report_has_a_tuning_section_with_holm_corrected_marks(search):
 
 
 def test_trials_with_equal_settings_run_once(tmp_path):
-    """Two points in the space, five trials, two parallel workers: two trainings; the rest reuse or wait."""
+    """Two points in the space, five trials, two parallel workers: two trainings; the rest reuse or wait (and the
+    defaults' trial, d = 64, trains). No pruner: which trial the median stops depends on the workers' timing."""
     argv = ["--datasets", "synthetic", "--models", "bprmf", "--trials", "5", "--jobs", "2", "--no-final",
-            "--space", "hidden=[8, 16]", *(f"--space={name}=none" for name in ("lr", "reg", "sample_alpha")), *FAST]
+            "--pruner", "none", "--space", "hidden=[8, 16]",
+            *(f"--space={name}=none" for name in ("lr", "reg", "sample_alpha")), *FAST]
     assert tune_cli(tmp_path, *argv) == 0
     trials = study(tmp_path / "out").trials
-    assert len(trials) == 5 and all(t.state.name == "COMPLETE" for t in trials)
-    assert sorted(t.params["hidden"] for t in trained(trials)) == [8, 16]
+    assert len(trials) == 6 and all(t.state.name == "COMPLETE" for t in trials)
+    assert sorted(t.params.get("hidden", 64) for t in trained(trials)) == [8, 16, 64]
     for trial in trials:
         source = next(t for t in trained(trials) if t.params == trial.params)
         assert trial.value == source.value and trial.user_attrs["key"] == source.user_attrs["key"]
@@ -154,7 +165,9 @@ def test_a_model_of_the_users_own_is_tuned_by_its_import_path(tmp_path, own):
     assert tune_cli(tmp_path, "--datasets", "synthetic", "--models", model, "--trials", "2", "--space",
                     "hidden=[8, 12]", "--sampler", "grid", *FAST) == 0
     trials = study(tmp_path / "out", f"tune-synthetic-{model}").trials
-    assert sorted(t.params["hidden"] for t in trials) == [8, 12]
+    # the defaults' trial (its TOML's d = 12, inside the space), then the grid's points, 12 reusing its result
+    assert [t.params["hidden"] for t in trials][0] == 12 and trials[0].user_attrs["defaults"]
+    assert sorted(t.params["hidden"] for t in trials[1:]) == [8, 12] and len(trained(trials)) == 2
     tuned = tomllib.loads((tmp_path / "out" / "tuned.toml").read_text())
     assert tuned[model]["model"]["synthetic"]["hidden"] in (8, 12)
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
@@ -168,10 +181,11 @@ def test_the_grid_sampler_runs_every_point_of_the_grid_to_the_end(tmp_path, caps
             "hidden=[8, 16]", "--space", "reg=[0.01, 0.001]", "--space", "lr=none", "--space", "sample_alpha=none",
             "--budget-epochs", "2", "--threads", "1", "--quiet", "--no-report"]
     assert tune_cli(tmp_path, *argv) == 0
-    trials = study(tmp_path / "out").trials
-    assert sorted((t.params["hidden"], t.params["reg"]) for t in trials) == [(8, 0.001), (8, 0.01), (16, 0.001),
-                                                                             (16, 0.01)]
-    assert "[trial 4/4]" in capsys.readouterr().out
+    defaults, *grid = study(tmp_path / "out").trials
+    assert sorted((t.params["hidden"], t.params["reg"]) for t in grid) == [(8, 0.001), (8, 0.01), (16, 0.001),
+                                                                           (16, 0.01)]
+    assert defaults.user_attrs["defaults"] and defaults.params == {}  # d = 64, reg = 1e-5: outside the grid
+    assert "[trial 5/5]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -243,6 +257,94 @@ def test_the_trial_reporter_pickles_and_prunes_a_trial_below_the_median(tmp_path
     assert pickle.loads(pickle.dumps(good))._trial is None  # only names travel
 
 
+def test_the_defaults_trial_reports_its_curve_but_is_never_pruned(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    made = optuna.create_study(study_name="s", storage=open_storage(url), direction="maximize")
+    for value in (0.1, 0.2, 0.3, 0.4):
+        trial = made.ask()
+        trial.report(value, 2)
+        made.tell(trial, value)
+    low = Validation(2, 20, {"NDCG@10": 0.0}, 0.0, 0.0, improved=True)  # below every earlier trial at epoch 2
+    kept = TrialReporter(url, "s", made.ask().number, "median", first_epoch=2, prunable=False)
+    assert kept(low) is None and made.trials[4].intermediate_values == {2: 0.0}
+    assert TrialReporter(url, "s", made.ask().number, "median", first_epoch=2)(low) == "pruned"
+
+
+@pytest.mark.parametrize("model", [name for name in model_names() if declared_space(name, "ml-1m").dimensions])
+def test_every_declared_space_asks_for_the_defaults_first(model, tmp_path):
+    """The paper profile on ML-1m, where the paper's ℓ2 grid leaves out 10 of 13 models' own ℓ2: each study's
+    first trial is the defaults', with every default that lies inside the space as its parameters."""
+    space = declared_space(model, "ml-1m")
+    context = Context(RunOptions(output=tmp_path, profile="paper"), SearchSettings(),
+                      f"sqlite:///{tmp_path / 'tuning.db'}", SimpleNamespace(parallelism=1), {}, [], "commit")
+    made = Study(context, "ml-1m", model, space)
+    made.open()
+    trial = made.optuna.ask(made._distributions())
+    assert trial.user_attrs == {"defaults": True} and made.target == 20 + 1
+    defaults = default_values(space, resolve(model, "ml-1m", "paper"))
+    assert space.values(trial.params) == {name: value for name, value in defaults.items()
+                                          if space.dimensions[name].contains(value)}
+
+
+@pytest.mark.slow  # about a minute: one epoch of two trials for each of 13 models on the synthetic data
+def test_every_declared_space_finishes_the_defaults_trial_and_chooses_no_worse(tmp_path):
+    models = [name for name in model_names() if declared_space(name, "synthetic").dimensions]
+    assert tune_cli(tmp_path, "--datasets", "synthetic", "--models", *models, "--trials", "1", "--sampler", "random",
+                    "--pruner", "none", "--budget-epochs", "1", "--no-final", "--threads", "1", "--quiet",
+                    "--no-report") == 0
+    tuned = tomllib.loads((tmp_path / "out" / "tuned.toml").read_text())
+    for model in models:
+        trials = study(tmp_path / "out", f"tune-synthetic-{model}").trials
+        defaults = defaults_trial(trials)
+        assert defaults.state.name == "COMPLETE" and len(trials) == 2, model
+        chosen = tuned[model]["tuned_from"]["synthetic"]
+        finished = [t.value for t in trials if t.value is not None]
+        assert chosen["value"] >= defaults.value and chosen["value"] == max(finished)
+
+
+def defaults_trial(trials):
+    (found,) = [trial for trial in trials if trial.user_attrs.get("defaults")]
+    return found
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_the_defaults_are_a_finished_trial_and_the_choice_is_never_below_them(sampler, tmp_path):
+    """Issue 29: the paper's ℓ2 grid leaves out BPR-MF's own reg = 1e-5, the defaults' trial was dropped, and the
+    search chose settings below the defaults on its own criterion. Here the space's points (reg 1 and 0.1, d = 8)
+    are all below the defaults; the defaults are a finished trial that ran the defaults as they are, the choice is
+    the best finished trial, and (with the final runs) the default final run trains to the same validation value."""
+    final = [] if sampler == "tpe" else ["--no-final"]
+    argv = ["--datasets", "synthetic", "--models", "bprmf", "--sampler", sampler, "--trials", "2", "--space",
+            "reg=[1.0, 0.1]", "--space", "hidden=[8]", "--space", "lr=none", "--space", "sample_alpha=none",
+            "--pruner", "hyperband", *final, *FAST]
+    assert tune_cli(tmp_path, *argv) == 0
+    trials = study(tmp_path / "out").trials
+    defaults = defaults_trial(trials)
+    assert len(trials) == 3 and defaults.state.name == "COMPLETE" and defaults.params == {}
+    assert defaults.user_attrs["overrides"] == ["max_epochs=6"]  # no searched value: the defaults as they are
+    searched = [t.value for t in trials if t is not defaults and t.state.name == "COMPLETE"]
+    assert searched and max(searched) < defaults.value  # what the old search chose from
+    chosen = tomllib.loads((tmp_path / "out" / "tuned.toml").read_text())["bprmf"]
+    assert chosen["tuned_from"]["synthetic"]["value"] == defaults.value >= max(searched)
+    assert chosen["model"]["synthetic"]["reg"] == 1e-5
+    if not final:
+        rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+        assert {row["best_valid"] for row in rows if row["variant"] == "default"} == {defaults.value}
+
+
+def test_a_search_says_what_profile_and_budget_its_settings_are_tuned_for(search, capsys):
+    folder, _ = search
+    header = (folder / "tuned.toml").read_text().split("\n[")[0]
+    assert "# Tuned for the smoke profile's training (per-trial budget: the profile's own)" in header
+    assert tomllib.loads((folder / "tuned.toml").read_text())["bprmf"]["tuned_from"]["synthetic"]["profile"] == "smoke"
+    assert tune_cli(folder.parent, "--datasets", "synthetic", "--models", "bprmf", "--budget-epochs", "4",
+                    "--dry-run", output="dry") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("profile smoke: every trial and final run trains under the smoke profile's settings with "
+                          "max_epochs=4, so the chosen settings are the best for that budget")
+    assert "    and the defaults' trial: hidden=64 reg=1e-05 lr=0.005 sample_alpha=0.0\n" in out
+
+
 def test_a_cpu_seconds_budget_stops_training(tmp_path):
     from recbench.benchmarks.trainer import Trainer
     from recbench.datasets import load_dataset
@@ -294,7 +396,7 @@ def test_killing_the_driver_mid_search_then_resume_loses_and_duplicates_nothing(
     trials = study(tmp_path / "out").trials
     after = {t.number: (t.value, t.datetime_complete) for t in trials if t.state.name == "COMPLETE"}
     assert {number: after[number] for number in before} == before  # nothing lost, nothing redone
-    assert len(after) == 6  # the interrupted trial does not count; it was run again
+    assert len(after) == 7  # the defaults' and six more; the interrupted trial does not count, it ran again
     interrupted = [t for t in trials if t.user_attrs.get("interrupted")]
     assert len(interrupted) == 1 and interrupted[0].state.name == "FAIL"
     retried = {t.user_attrs["retry_of"]: t for t in trials if "retry_of" in t.user_attrs}
@@ -313,6 +415,6 @@ def test_a_dask_cluster_on_this_machine_runs_a_search(tmp_path):
                         "--dask-scheduler", address, "--budget-epochs", "6", "--quiet", "--no-report")
     assert code == 0
     trials = study(tmp_path / "out").trials
-    assert len(trials) == 4 and all(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
+    assert len(trials) == 5 and all(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
     assert all(t.intermediate_values for t in trained(trials))  # the workers reported to the shared study
     assert (tmp_path / "out" / "tuned.toml").exists()

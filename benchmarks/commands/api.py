@@ -22,9 +22,10 @@ and the other way round. It works from any directory once the suite is installed
   process only: with ``n_jobs`` > 1 or a Dask cluster the grid is refused before it starts, with a sentence
   saying to move the class into a module.
 - ``settings``: ``--set`` strings (``"hidden=128"``, ``"MyRec:lr=1e-3"``).
-- ``**options``: fields of :class:`~benchmarks.options.RunOptions` (``profile``, ``protocols``, ``device``,
-  ``data_dir``, ``cache_dir``, ``config_files``, ``resume``, ``n_jobs``, ``threads``, ``dask_scheduler``,
-  ``keep_checkpoints``, ``compile``, ``progress``).
+- the fields of :class:`~benchmarks.options.RunOptions` (``profile``, ``protocols``, ``device``, ``data_dir``,
+  ``cache_dir``, ``config_files``, ``resume``, ``n_jobs``, ``threads``, ``dask_scheduler``, ``keep_checkpoints``,
+  ``compile``, ``progress``) as keywords of their own, which ``help(run)`` lists with their defaults; a keyword
+  ``run`` does not take is one line naming those it does.
 
 It returns one row per line of ``results.jsonl`` that belongs to the grid (rows kept by ``resume`` included), in
 the order of the jobs: every field of the line as a column (results/README.md), and each metric as a column of its
@@ -34,6 +35,8 @@ own. Tables and figures: ``recbench.reports.generate_report(output)``, or ``pyth
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from pathlib import Path
 
 import pandas as pd
@@ -65,16 +68,50 @@ class JobsFailed(RuntimeError):
 def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, seeds=(0,), task="next-item",
         settings=(), log_format: LogFormat | dict | None = None, output=None, log=print,
         **options) -> pd.DataFrame:
-    """Run the grid ``datasets`` × ``models`` × ``seeds`` and return its results (module docstring)."""
-    if task not in TASKS:
-        raise unknown("task", task, TASKS)
+    """Run the grid ``datasets`` × ``models`` × ``seeds`` as ``run_all.py`` does and return its results: one row per
+    line of ``results.jsonl`` that belongs to the grid, every field a column and each metric a column of its own.
+
+    What is computed:
+
+    - ``datasets``: a registry name, a path of a CSV/TSV log of your own, a dict that names logs (name -> a path, a
+      pandas DataFrame or an ``InteractionLog``), or a list of them.
+    - ``models``: a registered name, an entry point, an import path ``package.module:Class``, a model class, or a
+      list of them.
+    - ``seeds``: the seeds, one job each.
+    - ``task``: ``"next-item"`` (rank the test item) or ``"relevance"`` (judge each user's test pair).
+    - ``settings``: ``--set`` strings, e.g. ``["hidden=128", "MyRec:lr=1e-3"]``.
+    - ``log_format``: how to read the logs of your own, a ``LogFormat`` or a dict of its fields (``user``,
+      ``item``, ``time``, ``rating``, ``sep``, ``min_rating``, ``min_item_interactions``,
+      ``min_user_interactions``).
+    - ``profile``: ``"smoke"`` (default: seconds per model, checks that everything runs) or ``"paper"`` (the
+      paper's settings and budgets).
+    - ``protocols``: the test protocols, of ``"full"``, ``"pop100"``, ``"uni100"`` (default: full and pop100; the
+      relevance task: its pairs).
+    - ``config_files``: ``--config`` TOML files, applied in order over the suite's configs.
+
+    Where and how it runs:
+
+    - ``output``: the results folder (default ``results/<datasets>[-relevance]-<profile>``).
+    - ``data_dir``: the folder of local dataset files (else ``$RECBENCH_DATA_DIR``, else download).
+    - ``cache_dir``: prepared datasets and negatives (else ``$RECBENCH_CACHE_DIR``, else ``~/.cache/recbench``).
+    - ``resume``: keep the jobs already in ``results.jsonl`` with the same key and continue interrupted training
+      from its checkpoint.
+    - ``device``: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    - ``n_jobs``: jobs at once in worker processes; ``threads``: torch CPU threads per job (default: the cores
+      divided by ``n_jobs``); ``dask_scheduler``: the address of a Dask cluster to run the jobs on instead.
+    - ``keep_checkpoints``: keep each finished job's selected weights under ``weights/``.
+    - ``compile``: run each training step through ``torch.compile``.
+    - ``progress``: progress bars (``False``: none); ``log``: where the console lines go (``print``).
+
+    Raises ``GridError`` before any training when the grid cannot run (every problem, one line each),
+    ``JobsFailed`` (holding the finished rows) after it when some jobs failed, ``TypeError`` for a keyword ``run``
+    does not take (naming those it does)."""
+    options = _options(options, task)
     fmt = LogFormat(**log_format) if isinstance(log_format, dict) else (log_format or LogFormat())
     names, logs = _datasets(datasets, fmt)
     model_names = [model if isinstance(model, str) else model_name_of(model) for model in _listed(models)]
-    profile = options.get("profile", "smoke")
-    options.setdefault("protocols", (PAIRS,) if task == RELEVANCE else ("full", "pop100"))
     output = Path(output or Path("results") / f"{'-'.join(names)}{'-relevance' if task == RELEVANCE else ''}"
-                                              f"-{profile}")
+                                              f"-{options['profile']}")
     command = ["recbench.benchmarks.api.run", f"datasets={names}", f"models={model_names}", f"seeds={list(seeds)}",
                f"task={task}", *(f"--set {text}" for text in settings)]
     run_options = RunOptions(output=output, logs=logs, command=command, **options)
@@ -87,6 +124,40 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
                          f"{output / 'failed.jsonl'}): "
                          + "; ".join(f"{outcome.run_id}: {outcome.error}" for outcome in result.failed), results)
     return results
+
+
+# The fields of RunOptions that run takes as keywords, with their defaults (protocols: None, chosen by the task); run
+# sets output, the logs and the command itself.
+RUN_OPTIONS = {item.name: None if item.name == "protocols" else item.default for item in dataclasses.fields(RunOptions)
+               if item.name not in ("output", "logs", "command")}
+
+
+def _options(given: dict, task: str) -> dict:
+    """Every field of :data:`RUN_OPTIONS`, the given ones over the defaults, the protocols by the task; a keyword
+    that is none of run's parameters is one line naming them."""
+    wrong = [name for name in given if name not in RUN_OPTIONS]
+    if wrong:
+        raise TypeError(f"run(): {unknown('keyword argument', wrong[0], list(inspect.signature(run).parameters))}")
+    if task not in TASKS:
+        raise unknown("task", task, TASKS)
+    options = {**RUN_OPTIONS, **given}
+    if options["protocols"] is None:
+        options["protocols"] = (PAIRS,) if task == RELEVANCE else ("full", "pop100")
+    return options
+
+
+def _signature_with_options() -> inspect.Signature:
+    """``run``'s signature as ``help(run)`` and ``inspect`` show it: its own parameters, then those of
+    :data:`RUN_OPTIONS`, keyword-only (run's definition takes them as ``**options``: the project keeps a function's
+    own parameters to eight)."""
+    own = inspect.signature(run)
+    return own.replace(parameters=[
+        *(parameter for parameter in own.parameters.values() if parameter.kind != inspect.Parameter.VAR_KEYWORD),
+        *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+          for name, default in RUN_OPTIONS.items())])
+
+
+run.__signature__ = _signature_with_options()
 
 
 def _listed(value) -> list:

@@ -11,20 +11,27 @@ and from a test of the user's own::
     def test_my_model_fits_the_suite():
         check_model(MyRec)  # or "mypkg.mymodel:MyRec"; raises ModelCheckError naming each failure and its fix
 
-The model is built with its smoke-profile settings (``benchmarks.config``) on a small dataset in which every
-user's validation item and test item are ids that appear nowhere else, trained for one epoch by the shared
-trainer (or fitted, for a model without gradient training) with validation, and scored as the evaluator scores
-it. The checks that apply to its kind run (a ranker or a model trained for relevance; trained or not):
+The model is planned as a grid plans a job (``benchmarks.planner``: its smoke-profile settings) on a small dataset
+in which every user's validation item and test item are ids that appear nowhere else, then run by the worker's own
+train-and-test path (``benchmarks.worker.train_and_test``: one epoch of the shared trainer with validation, or its
+``fit``; the test pass under each protocol; the attention maps) and its rows and files recorded as the grid records
+them, so that a model that passes runs in a grid. The checks that apply to its kind run (a ranker or a model
+trained for relevance; trained or not):
 
 - ``interface``: the class resolves, its ``Config`` is a dataclass whose defaults build, its settings resolve,
-  the model builds and trains or fits; every other check needs it;
+  the grid plans it, and the worker trains or fits it, tests it and records its rows; what a method returns that
+  the harness cannot use (``fit`` without a ``FitReport``, ``loss`` without a scalar, ...) is one line saying what
+  to return; every other check needs it;
 - ``settings``: each field's default survives ``--set`` (its type is one the suite reads), and an unknown or
   mistyped ``--set`` field is the suite's one-line error;
 - ``test item``: neither the validation nor the test item reaches the model before the test pass (training
-  examples, histories scored during training and validation, item-indexed buffers, a fitted model's scores);
+  examples, histories scored during training and validation, item-indexed buffers, a fitted model's scores),
+  and no score depends on which item is held out (the evaluator's validation and test passes give the same
+  scores when an item never seen is held out instead: a model that reads the target while it scores does not);
 - ``shapes``, ``candidates``, ``factors``, ``batch``, ``padding``: scores have the documented shapes and a
   floating dtype and are finite; candidate scores are the gathered full scores; ``score_factors`` (when given)
-  build the same scores; a user's scores depend neither on the other users of the batch nor on how much left
+  build the same scores; a user's scores depend neither on the other users of the batch (all of the check's
+  users, more than any batch size the evaluator fixes, against batches of 32 and of one) nor on how much left
   padding the history has;
 - ``checkpoint``: the state_dict of a trained model, saved and loaded into a fresh one, restores its scores;
 - ``relevance``: probabilities in [0, 1] with the documented shapes, its own (a model trained for relevance) or
@@ -42,25 +49,31 @@ import io
 import sys
 import tempfile
 import typing
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from recbench.benchmarks.config import ConfigError, ResolvedConfig, check_overrides, resolve, toml_value
-from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.evaluator import ORDER_BLOCK, Evaluator
 from recbench.benchmarks.grid import run_jobs
-from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.jobs import Job, PlannedJob
 from recbench.benchmarks.options import RunOptions
-from recbench.benchmarks.relevance import RelevanceEvaluator, calibrate
-from recbench.benchmarks.trainer import TrainRun, fit_model
+from recbench.benchmarks.planner import plan_grid, prepare_negatives
+from recbench.benchmarks.relevance import TASK as RELEVANCE, RelevanceEvaluator, calibrate
+from recbench.benchmarks.store import ResultStore
+from recbench.benchmarks.worker import JobPayload, train_and_test
 from recbench.datasets.sequences import PAD, LeaveOneOutSplit, SequenceData
 from recbench.datasets.synthetic import generate
 from recbench.models import model_class, model_name_of
-from recbench.models.base import NeuralRecommender, Recommender
+from recbench.models.base import InterfaceError, NeuralRecommender, Recommender, wrong_return
 from recbench.models.relevance import RelevanceModel
 
 PASSED, FAILED, WARNING, SKIPPED = "passed", "failed", "warning", "skipped"
+DATASET = "synthetic"  # whose settings the check's data takes, as the grid would resolve them
+N_USERS = ORDER_BLOCK + 44  # more users than any batch size the evaluator fixes (its blocks of 256, attention's 64)
 EXTRA_PADDING = 7  # columns of padding added on the left by the padding check
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 
@@ -100,13 +113,15 @@ def check_model(model, *, slow: bool = False, raise_on_failure: bool = True, log
 # ------------------------------------------------------------------------------------------------ the bench
 
 class _Spy:
-    """Records what the harness hands a model before its test pass: every history it scores and the training
-    examples it builds. Installed as instance attributes, so that the model's own code calls them too."""
+    """Records what the harness hands a model: every history it scores (and, while :meth:`keeping_outputs`, what
+    each call returned) and the training examples it builds. Installed as instance attributes, so that the model's
+    own code calls them too. As ``TrainRun.on_validation`` it notes where each validation ended: what it records
+    after the last one is the test pass."""
 
     def __init__(self, model: Recommender):
-        self.testing = False
-        self.histories_before_test: list[torch.Tensor] = []
-        self.histories_in_test: list[torch.Tensor] = []
+        self.histories: list[torch.Tensor] = []
+        self.validated = 0  # histories recorded when the last validation ended
+        self.outputs: list | None = None
         self.examples: dict = {}
         for method, histories_at in (("score", 1), ("score_factors", 1), ("predict_proba", 1),
                                      ("attention_weights", 0)):
@@ -117,23 +132,46 @@ class _Spy:
 
     def _recording(self, method, histories_at: int):
         def recorded(*args):
-            histories = args[histories_at].detach().cpu()
-            (self.histories_in_test if self.testing else self.histories_before_test).append(histories)
-            return method(*args)
+            self.histories.append(args[histories_at].detach().cpu())
+            returned = method(*args)
+            if self.outputs is not None:
+                self.outputs.append(_tensors(returned))
+            return returned
         return recorded
 
-    def _keep(self, examples: dict) -> dict:
-        self.examples = {key: value.detach().cpu() for key, value in examples.items()}
+    def _keep(self, examples):
+        if isinstance(examples, dict):
+            self.examples = {key: value.detach().cpu() for key, value in examples.items()
+                             if isinstance(value, torch.Tensor)}
         return examples
+
+    def __call__(self, validation) -> None:
+        self.validated = len(self.histories)
+
+    @contextmanager
+    def keeping_outputs(self):
+        """What the model returns meanwhile, a list of tensors per call."""
+        self.outputs = []
+        try:
+            yield self.outputs
+        finally:
+            self.outputs = None
+
+
+def _tensors(returned) -> list[torch.Tensor]:
+    """The tensors of what a model's method returned (a tensor, ScoreFactors, a tuple), detached copies."""
+    parts = returned if isinstance(returned, tuple) else (returned,)
+    return [part.detach().cpu().clone() for part in parts if isinstance(part, torch.Tensor)]
 
 
 @dataclass
 class _Bench:
-    """The model under test, built and fitted once, and what the checks score it with."""
+    """The model under test, built and run through the worker once, and what the checks score it with."""
 
     name: str
     cls: type
     config: ResolvedConfig
+    data: SequenceData
     split: LeaveOneOutSplit
     model: Recommender | None = None
     spy: _Spy | None = None
@@ -156,7 +194,7 @@ class _Bench:
                                self.histories if histories is None else histories, candidates)
 
 
-def sentinel_data(n_users: int = 40, n_items: int = 60, extra_items: int = 940) -> tuple[SequenceData, dict]:
+def sentinel_data(n_users: int = N_USERS, n_items: int = 200, extra_items: int = 800) -> tuple[SequenceData, dict]:
     """Small synthetic sequences over items 1..n_items, each followed by the same validation item and the same
     test item, two ids that appear nowhere else; a third id appears nowhere at all. The sentinels are the
     largest ids (n_items + extra_items - 2 and on), far above any user id, length or position a model's
@@ -168,60 +206,71 @@ def sentinel_data(n_users: int = 40, n_items: int = 60, extra_items: int = 940) 
     return SequenceData.from_sequences("check", sequences, n_items=total), sentinels
 
 
-def _bench(name: str) -> _Bench:
-    """Resolve the model and its smoke settings and build it, untrained, with the test split's users and
+def held_out_instead(data: SequenceData, position: int, item: int) -> SequenceData:
+    """``data`` with every sequence's item at ``position`` (-2: the validation item, -1: the test item) replaced
+    by ``item``."""
+    items = data.items.copy()
+    items[data.offsets[1:] + position] = item
+    return SequenceData(data.name, items, data.offsets, data.n_items, data.provenance)
+
+
+def _bench(name: str) -> tuple[_Bench, PlannedJob]:
+    """Resolve the model, plan its job as a grid would (its smoke settings on the check's data, named as the
+    synthetic dataset whose settings it takes) and build it, untrained, with the test split's users and
     histories to score (errors here fail the interface check)."""
     cls = model_class(name)
     cls.Config()  # every field has a default, which __post_init__ accepts
-    config = resolve(name, "synthetic", "smoke")
     data, sentinels = sentinel_data()
-    bench = _Bench(name, cls, config, LeaveOneOutSplit(data), sentinels=sentinels)
+    task = RELEVANCE if issubclass(cls, RelevanceModel) else "next-item"
+    options = RunOptions(output=".", protocols=("full", "pop100"), profile="smoke", device="cpu", progress=False)
+    (planned,), _ = plan_grid([Job(DATASET, name, 0, task=task)], options, preloaded={DATASET: data},
+                              log=lambda *_: None)
+    bench = _Bench(name, cls, planned.config, data, LeaveOneOutSplit(data), sentinels=sentinels)
     if not bench.neural and not callable(getattr(cls, "fit", None)):
-        raise TypeError(f"{cls.__qualname__} neither derives from NeuralRecommender (trained by the suite's "
-                        f"trainer) nor defines fit(train) -> FitReport")
+        raise InterfaceError(f"{cls.__qualname__} neither derives from NeuralRecommender (trained by the suite's "
+                             f"trainer) nor defines fit(train) -> FitReport")
     torch.manual_seed(0)
-    bench.model = cls(data.n_users, data.n_items, config.model)
+    bench.model = cls(data.n_users, data.n_items, planned.config.model)
     if isinstance(bench.model, torch.nn.Module):
         bench.model.eval()
+    if not isinstance(bench.model.history_length, int) or bench.model.history_length < 0:
+        raise wrong_return(bench.model, "history_length", bench.model.history_length, "an int >= 0, how many of "
+                                                                                     "the latest items score reads")
     view = bench.split.test()
     rows = np.arange(len(view))
     bench.users = torch.from_numpy(view.users[rows])
     bench.histories = torch.from_numpy(view.padded(rows, max(bench.model.history_length, 1)))
-    return bench
+    return bench, planned
 
 
-def _fit(bench: _Bench) -> None:
-    """Train the model one epoch with validation (or fit it) and score the test split, all through the suite's
-    trainer and evaluators, with the spy watching."""
-    model = bench.model
-    bench.spy = _Spy(model)
-    metric = "AUC" if bench.relevance else "NDCG@10"
-    settings = dataclasses.replace(bench.config.train, max_epochs=1, max_steps=None, patience=None,
-                                   time_budget_s=None, valid_every=1, valid_metric=metric, valid_protocol="full",
-                                   valid_users=None, warmup_steps=0)
-    evaluator, pairs = Evaluator(bench.split, seed=0), RelevanceEvaluator(bench.split, seed=0)
-    if bench.relevance:
-        def validate(current):
-            return pairs.evaluate(current, "valid", bench.name).metrics
-    else:
-        def validate(current):
-            return evaluator.evaluate(current, "valid", "full", bench.name).metrics
-    fit_model(model, bench.split.train(), validate, settings, TrainRun(seed=0, progress=False))
-    bench.spy.testing = True
-    (pairs.evaluate(model, "test", bench.name) if bench.relevance
-     else evaluator.evaluate(model, "test", "full", bench.name))
-    if isinstance(model, torch.nn.Module):
-        model.eval()
+def _run_as_a_job(bench: _Bench, planned: PlannedJob) -> None:
+    """Train the model one epoch with validation (or fit it), test it and record its rows and files, all by the
+    worker's own path (``benchmarks.worker.train_and_test``) and the grid's store, with the spy watching."""
+    bench.spy = _Spy(bench.model)
+    settings = dataclasses.replace(planned.config.train, max_epochs=1, max_steps=None, patience=None,
+                                   time_budget_s=None, cpu_budget_s=None, valid_every=1, valid_users=None,
+                                   warmup_steps=0)
+    planned = dataclasses.replace(planned, config=dataclasses.replace(planned.config, train=settings))
+    with tempfile.TemporaryDirectory() as folder:
+        store = ResultStore(Path(folder))
+        prepare_negatives([planned], {DATASET: bench.data}, Path(folder), log=lambda *_: None)
+        payload = JobPayload(planned=planned, device="cpu", threads=None, negatives_dir=str(Path(folder) / "negatives"),
+                             checkpoint=str(store.checkpoint(planned.file_stem)), resume=False, keep_weights=True,
+                             progress=False, commit="check_model", on_validation=bench.spy)
+        rows, files, _ = train_and_test(payload, bench.data, torch.device("cpu"), lambda *_: None, bench.model)
+        store.commit(planned.key, rows, files)
+    if isinstance(bench.model, torch.nn.Module):
+        bench.model.eval()
 
 
 def _battery(model, slow: bool):
     """Every check's result, in order (a generator, so that a command line can show each as it ends)."""
     try:
         name = model if isinstance(model, str) else model_name_of(model)
-        bench = _bench(name)
+        bench, planned = _bench(name)
         shapes = _check_shapes(bench)  # of the untrained model: training and validation need them right
         if shapes is None:
-            _fit(bench)
+            _run_as_a_job(bench, planned)
     except Exception as error:  # noqa: BLE001  (any failure here is the model's: say what it was)
         yield CheckResult("interface", FAILED, _interface_fix(error))
         return
@@ -243,9 +292,13 @@ def _battery(model, slow: bool):
 
 
 def _interface_fix(error: Exception) -> str:
-    text = f"{type(error).__name__}: {error}" if not isinstance(error, ValueError) else str(error)
-    return (f"{text} (the model must resolve, its Config() build from defaults, its settings resolve, and it must "
-            f"build from (n_users, n_items, config) and train or fit; ARCHITECTURE.md, \"The model interface\")")
+    """One line: the harness's own message (a wrong return, a setting, what the grid refuses) as it is, else the
+    error with what the interface asks."""
+    if isinstance(error, (InterfaceError, ValueError)):
+        return "; ".join(line.strip() for line in str(error).splitlines())
+    return (f"{type(error).__name__}: {error} (the model must resolve, its Config() build from defaults, its "
+            f"settings resolve, and it must build from (n_users, n_items, config) and train or fit; "
+            f"ARCHITECTURE.md, \"The model interface\")")
 
 
 # ----------------------------------------------------------------------------------------------- the checks
@@ -279,7 +332,8 @@ def _check_settings(bench: _Bench) -> str | None:
 
 
 def _check_test_item(bench: _Bench) -> str | None:
-    """The validation and test items never reach the model before its test pass."""
+    """The validation and test items never reach the model before its test pass, and no score depends on which
+    item is held out."""
     held_out = {bench.sentinels["validation"]: "validation item", bench.sentinels["test"]: "test item"}
     spy, problems = bench.spy, []
     for key, tensor in spy.examples.items():
@@ -287,14 +341,40 @@ def _check_test_item(bench: _Bench) -> str | None:
             if not torch.is_floating_point(tensor) and bool((tensor == item).any()):
                 problems.append(f"training_examples(train) returned the {what} in {key!r}: build the examples "
                                 f"from the train view only")
-    for histories in spy.histories_before_test:
+    for histories in spy.histories[:spy.validated]:
         for item, what in held_out.items():
             if bool((histories == item).any()):
                 problems.append(f"a history scored during training or validation holds the {what}")
-    if any(bool((histories == bench.sentinels["test"]).any()) for histories in spy.histories_in_test):
+    if any(bool((histories == bench.sentinels["test"]).any()) for histories in spy.histories[spy.validated:]):
         problems.append("a history scored in the test pass holds the test item")
-    problems += _leaked_state(bench)
+    problems += _leaked_state(bench) + _reads_the_target(bench)
     return "; ".join(dict.fromkeys(problems)) or None
+
+
+def _reads_the_target(bench: _Bench) -> list[str]:
+    """The evaluator's validation and test passes give the model the same users and histories whichever item is
+    held out; so its scores must be the same when an item never seen is held out instead of the sentinel (a model
+    that looks up the target while it scores, e.g. in the evaluator's frames, is caught here)."""
+    changed = []
+    for split, position in (("valid", -2), ("test", -1)):
+        outputs = []
+        for data in (bench.data, held_out_instead(bench.data, position, bench.sentinels["never seen"])):
+            with bench.spy.keeping_outputs() as returned:
+                Evaluator(LeaveOneOutSplit(data), seed=0).evaluate(bench.model, split, "full", bench.name)
+            outputs.append(returned)
+        if not _same_outputs(*outputs):
+            changed.append(split)
+    if not changed:
+        return []
+    return [f"the scores of the evaluator's {' and '.join(changed)} pass change with the item held out, for the same "
+            f"users and histories: the model reads the held-out target while it scores; score from users, "
+            f"histories and candidates only"]
+
+
+def _same_outputs(one: list, other: list) -> bool:
+    return len(one) == len(other) and all(
+        len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x.double(), y.double(), **TOLERANCE)
+                                 for x, y in zip(a, b)) for a, b in zip(one, other))
 
 
 def _leaked_state(bench: _Bench) -> list[str]:
@@ -366,14 +446,18 @@ def _has_factors(bench: _Bench) -> bool:
 
 
 def _check_batch(bench: _Bench) -> str | None:
-    together = bench.scores()
-    order = torch.arange(len(bench.users) - 1, -1, -1)
+    """Every user in one batch (more users than any batch size the evaluator fixes), in reverse order, in
+    batches of 32 and alone."""
+    together, n = bench.scores(), len(bench.users)
+    order = torch.arange(n - 1, -1, -1)
     reversed_ = bench.scores(bench.users[order], bench.histories[order])[order]
+    by_32 = torch.cat([bench.scores(bench.users[i:i + 32], bench.histories[i:i + 32]) for i in range(0, n, 32)])
     alone = torch.cat([bench.scores(bench.users[i:i + 1], bench.histories[i:i + 1]) for i in (0, 5, 17)])
-    if not (torch.allclose(reversed_, together, **TOLERANCE) and torch.allclose(alone, together[[0, 5, 17]],
-                                                                                **TOLERANCE)):
-        return ("a user's scores change with the other users of the batch or their order: score each user on "
-                "its own (no statistics across the batch at evaluation; the evaluator chunks users freely)")
+    if not all(torch.allclose(scores, expected, **TOLERANCE) for scores, expected in
+               ((reversed_, together), (by_32, together), (alone, together[[0, 5, 17]]))):
+        return (f"a user's scores change with the other users of the batch or their order ({n} users at once "
+                f"against batches of 32 and of one): score each user on its own (no statistics across the batch at "
+                f"evaluation; the evaluator chunks users freely)")
     return None
 
 

@@ -19,7 +19,16 @@ from recbench.benchmarks.commands.cli import EXIT_FAILED_JOBS, EXIT_INTERRUPTED,
 from recbench.benchmarks.config import PROFILES, toml_value
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import GridInterrupted
-from recbench.benchmarks.tuning.study import BUDGETS, PRUNERS, SAMPLERS, SearchSettings, check_search, run_search
+from recbench.benchmarks.tuning.study import (
+    BUDGETS,
+    PRUNERS,
+    SAMPLERS,
+    SearchSettings,
+    check_search,
+    default_values,
+    run_search,
+    search_base,
+)
 from recbench.datasets import DATASET_NAMES
 from recbench.datasets.errors import unknown
 from recbench.models import model_class, model_names
@@ -55,7 +64,8 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
     runs and the studies' database."""
     parser.add_argument("--trials", type=int, default=None, metavar="N",
                         help="trials per (dataset, model), finished or pruned (default: 20; the grid sampler: every "
-                             "point of the grid)")
+                             "point of the grid), besides the trial of the model's own settings that every study "
+                             "runs to its end and counts among the candidates")
     parser.add_argument("--sampler", default="tpe", choices=SAMPLERS,
                         help="tpe (default), grid (every point of the space, to the end) or random")
     parser.add_argument("--pruner", default="median", choices=PRUNERS,
@@ -76,7 +86,10 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
                         help="candidates of the validation ranking (default: each model's valid_protocol, full)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="N",
                         help="trials train with the first seed; the final runs with every one (default: 0)")
-    parser.add_argument("--profile", default="smoke", choices=PROFILES, help="the settings searched around")
+    parser.add_argument("--profile", default="smoke", choices=PROFILES,
+                        help="the profile every trial and final run trains under, and so what the chosen settings "
+                             "are tuned for: smoke (default: seconds per trial, settings best for that short "
+                             "budget only) or paper (the paper's budget)")
     parser.add_argument("--protocols", nargs="+", default=["full", "pop100"], choices=PROTOCOLS,
                         help="test protocols of the final runs (default: full pop100)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
@@ -100,8 +113,8 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
 
 
 def dry_run(pairs: list, options, settings) -> int:
-    """Check everything and print each study's space, budget and objective; no trial runs."""
-    _, _, spaces = check_search(pairs, options, settings)
+    """Check everything and print each study's space, budget, objective and defaults; no trial runs."""
+    _, overlays, spaces = check_search(pairs, options, settings)
     budget = " ".join(settings.budget) or "the profile's own"
     for (dataset, model), space in spaces.items():
         print(f"{settings.study_prefix}-{dataset}-{model}: {settings.sampler}, pruner {settings.pruner}, "
@@ -110,6 +123,8 @@ def dry_run(pairs: list, options, settings) -> int:
             print(f"    {dimension.text}    ({dimension.origin})")
         for target, rule in space.tied.items():
             print(f"    {target} = {rule}    (tied)")
+        defaults = default_values(space, search_base(model, dataset, options, settings, overlays))
+        print("    and the defaults' trial:", *(f"{name}={toml_value(value)}" for name, value in defaults.items()))
     print(f"{len(spaces)} stud(ies); nothing was run (--dry-run)")
     return 0
 
@@ -122,6 +137,7 @@ def main(argv=None) -> int:
         options = run_options(args, protocols=args.protocols, profile=args.profile, output=Path(args.output))
         options.command = ["python", "-m", "benchmarks.tune", *(sys.argv[1:] if argv is None else argv)]
         settings = search_settings(args)
+        print(tuned_for(args.profile, settings.budget))
         try:
             if args.dry_run:
                 return dry_run(pairs, options, settings)
@@ -133,6 +149,14 @@ def main(argv=None) -> int:
         return finish(args, result)
 
     return guard(run, args.debug)
+
+
+def tuned_for(profile: str, budget: tuple) -> str:
+    """What the search tunes for, said before it starts: the settings it chooses are the best for one budget."""
+    spent = f"the {profile} profile's settings" + (f" with {' '.join(budget)}" if budget else "")
+    other = "; --profile paper tunes for the paper's budget" if profile == "smoke" else ""
+    return (f"profile {profile}: every trial and final run trains under {spent}, so the chosen settings are the best "
+            f"for that budget (tuned.toml says so){other}")
 
 
 def finish(args: argparse.Namespace, result) -> int:

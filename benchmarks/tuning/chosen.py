@@ -59,12 +59,16 @@ def _toml_key(name: str) -> str:
     return name if name and all(c.isalnum() or c in "-_" for c in name) else toml_value(name)
 
 
-def tuned_toml(chosen: list[Chosen], command: list[str] | None = None) -> str:
+def tuned_toml(chosen: list[Chosen], command: list[str] | None = None, budget: tuple = ()) -> str:
     """The chosen settings as a ``--config`` file: every model and trainer setting of each (dataset, model), so
     that the file alone reproduces the best trial (under any profile), and the ``tuned_from`` table its rows
-    carry."""
+    carry. Its header says what the settings were tuned for: the profile and the per-trial ``budget``."""
+    profile, spent = chosen[0].tuned_from["profile"] if chosen else "?", " ".join(budget) or "the profile's own"
     lines = ["# Settings chosen on the validation split by python -m benchmarks.tune, one table per model and",
              "# dataset in the format of benchmarks/configs/ (use them with run_all.py or a study: --config FILE).",
+             f"# Tuned for the {profile} profile's training (per-trial budget: {spent}): the best of the trials, the "
+             f"defaults among",
+             "# them, under that budget, which need not be the best for a longer or a shorter run.",
              f"# command: {shlex.join(command if command is not None else sys.argv)}"]
     for c in chosen:
         for section, values in (("model", dataclasses.asdict(c.config.model)),
@@ -85,9 +89,10 @@ def study_summary(study) -> dict:
     trials = study.optuna.get_trials(deepcopy=False)
     keep = ("seconds", "cpu_seconds", "epochs_run", "stopped_by", "reused_from", "retry_of", "error", "interrupted",
             "defaults")
+    # The defaults' trial's parameters are its values inside the space only; its row gives every searched field.
     rows = [{"number": t.number, "state": t.state.name.lower(), "value": t.value,
-             "params": study.space.values(t.params), **{k: t.user_attrs[k] for k in keep if k in t.user_attrs}}
-            for t in trials]
+             "params": study.defaults() if t.user_attrs.get("defaults") else study.space.values(t.params),
+             **{k: t.user_attrs[k] for k in keep if k in t.user_attrs}} for t in trials]
     complete = [row for row in rows if row["state"] == "complete"]
     best = max(complete, key=lambda row: (row["value"], -row["number"]), default=None)
     metric, protocol = selection_metric(Job(study.dataset, study.model, 0), study.base)
@@ -97,16 +102,18 @@ def study_summary(study) -> dict:
             "pruner": settings.pruner, "profile": study.context.options.profile, "seed": settings.seeds[0],
             "budget": list(settings.budget), "space": [d.text for d in study.space.dimensions.values()],
             "tied": study.space.tied, "target": study.target, "trials": rows, "best": best,
-            "importances": importances(study.optuna),
+            "importances": importances(study.optuna, list(study.space.dimensions)),
             "cpu_seconds": sum(row.get("cpu_seconds") or 0.0 for row in rows)}
 
 
-def importances(study) -> dict[str, float]:
-    """Each parameter's share of the variation of the objective over the finished trials of an Optuna study
-    (PED-ANOVA where Optuna has it, which needs no scikit-learn); empty when there are too few trials to say."""
+def importances(study, params: list[str]) -> dict[str, float]:
+    """Each of ``params``' share of the variation of the objective over the finished trials of an Optuna study
+    that have them all (PED-ANOVA where Optuna has it, which needs no scikit-learn); empty when there are too few
+    trials to say."""
     evaluator = getattr(optuna.importance, "PedAnovaImportanceEvaluator", None)
     try:
-        found = optuna.importance.get_param_importances(study, evaluator=evaluator() if evaluator else None)
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator() if evaluator else None,
+                                                        params=params)
     except (ValueError, RuntimeError, ZeroDivisionError, ImportError):
         return {}
     return {name: float(value) for name, value in found.items() if math.isfinite(value)}

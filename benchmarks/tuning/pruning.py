@@ -54,13 +54,15 @@ def make_pruner(name: str, first_epoch: int):
 @dataclass
 class TrialReporter:
     """A trial's ``TrainRun.on_validation``: reports each validation's value to the study at its epoch and stops
-    the run ("pruned") when the study's pruner says so. Only names travel with it, so it pickles to any worker."""
+    the run ("pruned") when the study's pruner says so (unless not ``prunable``). Only names travel with it, so it
+    pickles to any worker."""
 
     storage: str
     study_name: str
     trial_number: int
     pruner: str
     first_epoch: int  # the pruner's first epoch (make_pruner)
+    prunable: bool = True  # False: report every value, never stop (the defaults' trial)
     _trial: object = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
@@ -73,4 +75,4 @@ class TrialReporter:
                                       pruner=make_pruner(self.pruner, self.first_epoch))
             self._trial = trial_by_number(study, storage, self.trial_number)
         self._trial.report(validation.value, validation.epoch)
-        return PRUNED if self._trial.should_prune() else None
+        return PRUNED if self.prunable and self._trial.should_prune() else None

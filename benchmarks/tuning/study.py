@@ -33,7 +33,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from recbench.benchmarks.config import parse_override, read_overlay, resolve
+from recbench.benchmarks.config import ResolvedConfig, parse_override, read_overlay, resolve
 from recbench.benchmarks.execution import Executor
 from recbench.benchmarks.jobs import GridError, GridInterrupted, Job, PlannedJob
 from recbench.benchmarks.options import RunOptions
@@ -133,6 +133,18 @@ class Finished:
     attrs: dict
 
 
+def search_base(model: str, dataset: str, options: RunOptions, settings: SearchSettings, overlays) -> ResolvedConfig:
+    """The settings every trial of a study starts from, and the defaults' trial runs: the profile's, with the
+    per-trial budget, the objective and ``--set``."""
+    return resolve(model, dataset, options.profile, (*settings.budget, *settings.objective, *settings.overrides),
+                   overlays)
+
+
+def default_values(space: Space, base: ResolvedConfig) -> dict:
+    """The model's own value, under ``base``, of each field that ``space`` searches."""
+    return {name: getattr(base.model if hasattr(base.model, name) else base.train, name) for name in space.dimensions}
+
+
 class Study:
     """One study: asks Optuna for trials as workers become free, runs each as a job, tells the outcomes. Its
     Optuna study is ``optuna`` once :meth:`open` has made or loaded it."""
@@ -149,9 +161,7 @@ class Study:
         self.seconds: list[float] = []  # of the trials that trained
         self.error: BaseException | None = None
         self.fixed = {parse_override(text)[1] for text in context.settings.overrides}
-        self.base = resolve(model, dataset, context.options.profile,
-                            (*context.settings.budget, *context.settings.objective, *context.settings.overrides),
-                            context.overlays)
+        self.base = search_base(model, dataset, context.options, context.settings, context.overlays)
         self.first_epoch = 2 * self.base.train.valid_every
 
     # ------------------------------------------------------------------------------------ the study
@@ -181,13 +191,16 @@ class Study:
         self._take_stock(trials)
 
     def _take_stock(self, trials: list) -> None:
-        """Count the finished trials, remember their keys, and queue again what a dead driver left running."""
+        """Count the finished trials, remember their keys, queue again what a dead driver left running, and queue
+        the defaults' trial unless the study has one."""
+        has_defaults = False
         for trial in trials:
+            defaults = {"defaults": True} if trial.user_attrs.get("defaults") else {}
             if trial.state == TrialState.RUNNING:
                 running = trial_by_number(self.optuna, open_storage(self.context.storage), trial.number)
                 running.set_user_attr("interrupted", True)
                 self.optuna.tell(trial.number, state=TrialState.FAIL)
-                self.optuna.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+                self.optuna.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number, **defaults})
                 self.context.log(f"  {self.name}: trial {trial.number} was running when its driver stopped; marked "
                                  f"failed and queued again")
             elif trial.state.is_finished() and not trial.user_attrs.get("interrupted"):
@@ -195,23 +208,34 @@ class Study:
                 if trial.state == TrialState.COMPLETE and "key" in trial.user_attrs:
                     self.completed.setdefault(trial.user_attrs["key"], Finished(trial.number, trial.value,
                                                                                 trial.user_attrs))
-        if not trials and self.context.settings.sampler != "grid":
+            has_defaults = has_defaults or bool(defaults)
+        if not has_defaults:
             self._queue_defaults()
 
+    def defaults(self) -> dict:
+        """The model's own value of each searched field (:func:`default_values`)."""
+        return default_values(self.space, self.base)
+
+    def _inside(self) -> dict:
+        """The defaults' values that lie inside their field's range: the defaults' trial's parameters."""
+        return {name: value for name, value in self.defaults().items() if self.space.dimensions[name].contains(value)}
+
     def _queue_defaults(self) -> None:
-        """The model's own settings as the first trial, when they lie inside the space."""
-        defaults = {name: getattr(self.base.model if hasattr(self.base.model, name) else self.base.train, name)
-                    for name in self.space.dimensions}
-        if all(self.space.dimensions[name].contains(value) for name, value in defaults.items()):
-            self.optuna.enqueue_trial(self.space.encoded(defaults), user_attrs={"defaults": True})
+        """The model's own settings as a trial of the study, always, and so a candidate for the choice. Its
+        parameters are the values that lie inside the space (the sampler learns from them); Optuna records no value
+        outside a parameter's range (the paper's ℓ2 grid leaves out the suite's own 0 or 1e-5), so those stay out
+        of its parameters, and the trial runs the defaults as they are."""
+        self.optuna.enqueue_trial(self.space.encoded(self._inside()), user_attrs={"defaults": True})
 
     @property
     def target(self) -> int:
+        """The trials the study runs: ``--trials`` (else every point of the grid for the grid sampler, else 20) and
+        the defaults' trial."""
         grid = self.space.grid()
         size = math.prod(len(values) for values in grid.values()) if grid else None
         if self.context.settings.trials is not None:
-            return self.context.settings.trials
-        return size if self.context.settings.sampler == "grid" else 20
+            return self.context.settings.trials + 1
+        return (size if self.context.settings.sampler == "grid" else 20) + 1
 
     # ------------------------------------------------------------------------------------ the trials
 
@@ -235,8 +259,9 @@ class Study:
     def _next(self) -> JobPayload | None:
         """Ask for a trial; its payload, or None when it was told at once."""
         context = self.context
-        trial = self.optuna.ask(self.space.distributions())
-        values = self.space.values(trial.params)
+        trial = self.optuna.ask(self._distributions())
+        # The defaults' trial runs the defaults as they are, with no searched value (nor the settings tied to one).
+        values = {} if trial.user_attrs.get("defaults") else self.space.values(trial.params)
         overrides = (*self.space.overrides(values, self.base, self.fixed), *context.settings.budget,
                      *context.settings.objective, *context.settings.overrides)
         trial.set_user_attr("overrides", list(overrides))
@@ -262,11 +287,22 @@ class Study:
         self.running[planned.key] = (trial, planned)
         return self._payload(trial, planned)
 
+    def _distributions(self) -> dict:
+        """The parameters to ask for: the space's, or the defaults' trial's own when it is next in the queue (the
+        study's one driver asks for every trial, so the first waiting trial is the one the next ask takes)."""
+        waiting = self.optuna.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        distributions = self.space.distributions()
+        if waiting and waiting[0].user_attrs.get("defaults"):
+            return {name: distributions[name] for name in self._inside()}
+        return distributions
+
     def _payload(self, trial, planned: PlannedJob) -> JobPayload:
         context, executor = self.context, self.context.executor
         cache = resolve_cache_dir(context.options.cache_dir)
         prepare_negatives([planned], context.datasets, cache, context.log)
-        reporter = TrialReporter(context.storage, self.name, trial.number, context.settings.pruner, self.first_epoch)
+        # The defaults' trial reports its curve to the pruner but runs to its end: it is always a candidate.
+        reporter = TrialReporter(context.storage, self.name, trial.number, context.settings.pruner, self.first_epoch,
+                                 prunable=not trial.user_attrs.get("defaults"))
         # resume: a checkpoint under this key can only be an interrupted trial's (a finished trial's is deleted)
         return JobPayload(planned=planned, device=context.options.device, threads=executor.threads_per_job,
                           negatives_dir=str(cache / "negatives"),
@@ -418,7 +454,7 @@ def run_search(pairs: list, options: RunOptions, settings: SearchSettings, log=p
     write_summary(output, studies)
     if result.chosen:
         result.config_file = output / "tuned.toml"
-        write_atomic(result.config_file, tuned_toml(result.chosen, options.command))
+        write_atomic(result.config_file, tuned_toml(result.chosen, options.command, settings.budget))
         log(f"chosen settings: {result.config_file} (use it with --config)")
     if settings.final and result.chosen:
         result.finals = final_runs(result.chosen, options, settings, result.config_file, log)
