@@ -18,7 +18,7 @@ from recbench.benchmarks.metrics import (
     parse_list_metric,
 )
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
-from tests.helpers import FixedScorer, ProductScorer, repeat_data
+from tests.helpers import SHARED_DATA, FixedScorer, ProductScorer, repeat_data, requires_shared_data
 
 AT_2 = ("Coverage@2", "Gini@2", "ARP@2", "APLT@2", "Novelty@2")
 
@@ -221,3 +221,26 @@ def test_a_top_list_accumulates_users_added_in_several_calls():
     # user 0: item 1; user 1: items 2 and 3 tied for one place. Coverage: (1 + 1/2 + 1/2)/3; ARP: (3 + 1/2)/2.
     assert whole.metrics(names)["Coverage@1"] == pytest.approx(2 / 3)
     assert whole.metrics(names)["ARP@1"] == pytest.approx(1.75)
+
+
+@requires_shared_data
+@pytest.mark.parametrize("name", ["bprmf", "sasrec"])
+def test_both_paths_give_the_same_lists_on_ml_1m(name):
+    """Untrained models on 800 real ML-1m users (3,416 items, four tiles): the same metrics from the tiled path and
+    from the full score matrix, and accuracy metrics as without the lists."""
+    from recbench.benchmarks.config import resolve
+    from recbench.datasets import load_dataset
+    from recbench.models import model_class
+
+    data = load_dataset("ml-1m", data_dir=SHARED_DATA, progress=False)
+    split = LeaveOneOutSplit(data)
+    torch.manual_seed(0)
+    model = model_class(name)(data.n_users, data.n_items, resolve(name, "ml-1m", "paper", ()).model).eval()
+    users = np.sort(np.random.default_rng(0).choice(data.n_users, 800, replace=False))
+    names = (*DEFAULT_METRICS, *list_metric_names())
+    tiled, matrix = (Evaluator(split, seed=0, tiled=tiled).evaluate(model, "test", "full", users=users,
+                                                                    metrics=names).metrics
+                     for tiled in (True, False))
+    assert tiled == pytest.approx(matrix, rel=1e-12)
+    plain = Evaluator(split, seed=0).evaluate(model, "test", "full", users=users).metrics
+    assert {metric: tiled[metric] for metric in DEFAULT_METRICS} == plain
