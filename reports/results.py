@@ -22,7 +22,7 @@ TASKS = ("next-item", "relevance")
 SMOKE = "smoke"  # the profile whose results only check an installation
 SMOKE_LABEL = "smoke profile: installation check, not the paper's settings"
 LEAVE_ONE_OUT = "leave-one-out"  # the paper's split, which every row written before splits were named used
-# Values ``split`` held before it named the split: the view a row was evaluated on (a leave-one-out view).
+# What ``split`` holds where it names the view a row was evaluated on, not how the data was split.
 VIEWS = ("test", "valid")
 # Keys without which a row cannot be placed in any table; every other key is optional here.
 REQUIRED = {"schema": int, "study": str, "dataset": str, "model": str, "task": str, "protocol": str,
@@ -139,9 +139,9 @@ def _label(row: Row) -> str:
 
 
 def split_of(raw: dict) -> str:
-    """The split a row's results come from: its ``split``, where that names one; leave-one-out for a row without
-    it or with the view name rows held there before (``test``)."""
-    split = raw.get("split")
+    """How a row's data was split: its ``split_scheme``, else its ``split`` where that names a split rather than
+    the view evaluated (``test``), else leave-one-out, which every row written before splits had names used."""
+    split = raw.get("split_scheme") or raw.get("split")
     return LEAVE_ONE_OUT if split is None or split in VIEWS else str(split)
 
 

@@ -732,12 +732,14 @@ def split_folder(folder: Path, splits=("leave-one-out", "temporal"), seeds=(0,))
 
 def test_a_rows_split_is_leave_one_out_unless_it_names_another_and_splits_never_supersede_each_other(tmp_path):
     rows = [ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split=split)
-            for split in ("test", "temporal")]
+            for split in ("test", "temporal", "test")]
     del rows[0]["split"]  # a row written before the field: leave-one-out too
-    rows.append(ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split="test"))  # the view: the same
+    rows[2]["split_scheme"] = "temporal"  # the scheme named beside the view evaluated
+    rows.append(ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split="test"))  # the view: leave-one-out
     results = load_results(write_results(tmp_path, rows))
     assert sorted(row.split for row in results.rows) == ["leave-one-out", "temporal"]
-    assert results.superseded == 1  # the third line replaced the first; the temporal row stands beside them
+    # The fourth line replaced the first and the third the second; no row of one split replaced the other's.
+    assert results.superseded == 2 and [row.line for row in results.rows] == [3, 4]
 
 
 def test_the_models_side_by_side_and_kendalls_tau_by_hand(tmp_path):
