@@ -223,14 +223,14 @@ class Evaluator:
         with evaluation_mode(model), bar:
             tiled = self.tiled and negatives is None and model.device.type == "cpu"
             greater, ties = ((tiled and self._tiled_counts(model, view, scored, batch_size, bar, label, lists))
-                             or self._chunk_counts(model, model_name, view, rows, scored, negatives, batch_size, bar,
-                                                   lists))
+                             or self._chunk_counts(model, model_name, view, scored, negatives, batch_size, bar, lists))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))
         return RankCounts(view.users[rows], greater[in_order], ties[in_order])
 
-    def _chunk_counts(self, model, model_name, view, rows, scored, negatives, batch_size: int, bar, lists=None):
-        """(greater, ties) of the users ``scored`` (``rows`` in scoring order), one ``score`` call per chunk."""
+    def _chunk_counts(self, model, model_name, view, scored, negatives, batch_size: int, bar, lists=None):
+        """(greater, ties) of the rows ``scored`` of ``view`` (in scoring order: the sampled protocols score them
+        in the caller's order), one ``score`` call per chunk."""
         greater = np.zeros(len(scored), dtype=np.int64)
         ties = np.zeros(len(scored), dtype=np.int64)
         for start, chunk, users_t, histories in history_batches(model, view, scored, batch_size):
@@ -238,7 +238,7 @@ class Evaluator:
             if negatives is None:
                 g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets, lists)
             else:
-                order = self._candidate_order(rows, start, start + len(chunk), negatives.shape[1] + 1)
+                order = self._candidate_order(scored, start, start + len(chunk), negatives.shape[1] + 1)
                 chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
                 g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order.to(targets.device),
                                             chosen)

@@ -20,9 +20,9 @@ import time
 import numpy as np
 import torch
 
+from benchmarks.experiments.speed_transformers import ROOT, load_average, write_report
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
-from recbench.benchmarks.experiments.speed_transformers import ROOT, load_average, write_report
 from recbench.benchmarks.metrics import DEFAULT_METRICS, list_metric_names
 from recbench.benchmarks.provenance import describe_device
 from recbench.benchmarks.trainer import resolve_device
