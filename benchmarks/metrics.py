@@ -244,19 +244,21 @@ class TopLists:
         self.n_lists += n_users
 
     def metrics(self, names) -> dict[str, float]:
-        """The requested beyond-accuracy metrics (``Coverage@k`` ...) at cutoffs this instance kept."""
+        """The requested beyond-accuracy metrics (``Coverage@k`` ...) at cutoffs this instance kept; NaN without
+        any list, as a mean over no users."""
         out = {}
         n_items = self.exposure.shape[1] - 1
         for name in names:
             kind, k = parse_list_metric(name)
             index = self.cutoffs.index(k)
-            if kind == "Coverage":  # expected share of the catalogue shown in at least one list
+            if not self.n_lists:
+                out[name] = float("nan")
+            elif kind == "Coverage":  # expected share of the catalogue shown in at least one list
                 shown = np.where(self.certain[index], 1.0, -np.expm1(self.log_unshown[index]))
                 out[name] = float(shown[1:].sum() / n_items)
             elif kind == "Gini":
                 out[name] = gini(self.exposure[index, 1:])
             else:
                 measure = ("ARP", "APLT", "Novelty").index(kind)
-                out[name] = (float(self.list_sums[index, measure] / self.n_lists) if self.n_lists
-                             else float("nan"))
+                out[name] = float(self.list_sums[index, measure] / self.n_lists)
         return out

@@ -194,6 +194,14 @@ def test_the_lists_leave_the_models_scores_and_the_rank_counts_as_they_were(tmp_
                                                                                          plain.counts.ties)
 
 
+def test_no_users_no_lists(tmp_path):
+    data = repeat_data(n_users=20, n_items=30)
+    found = Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path).evaluate(
+        FixedScorer(np.zeros((20, 31))), "test", "full", users=np.array([], dtype=np.int64),
+        metrics=("HR@10", *list_metric_names())).metrics
+    assert all(math.isnan(value) for value in found.values())  # a mean over no users, as HR@10's
+
+
 def test_metric_names_and_refusals(tmp_path):
     assert list_metric_names(("HR@1", "NDCG@20", "MRR")) == tuple(
         f"{kind}@{k}" for kind in ("Coverage", "Gini", "ARP", "APLT", "Novelty") for k in (1, 10, 20))
