@@ -3,7 +3,8 @@
 This file is the protocol: which candidates each user's target is ranked among (``full``: every item but the
 user's history and padding; ``pop100``/``uni100``: the stored sampled negatives, in a seeded random column
 order), how the ranks are counted (``greater``: candidates scored strictly above the target; ``ties``: others
-scored exactly like it, :mod:`benchmarks.metrics` turns them into HR, NDCG and MRR) and what is refused (NaN or
+scored exactly like it, :mod:`benchmarks.metrics` turns them into HR, NDCG and MRR), which candidates make each
+user's top-k list under full ranking (for the beyond-accuracy metrics, when asked for) and what is refused (NaN or
 +inf scores, wrong shapes). Scoring is batched: one ``score`` call per chunk of users, then vectorised
 comparisons with the target's score (no sorting). Under full ranking the comparisons run over every column, and
 the excluded columns are taken back out of the counts afterwards, so the evaluator never writes into the scores
@@ -24,11 +25,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from recbench.benchmarks.evaluator_fast import TiledRanking, chunk_users, count_rows_on_cpu
+from recbench.benchmarks.evaluator_fast import (
+    LIST_SLICE_BYTES,
+    TiledRanking,
+    chunk_users,
+    count_rows_on_cpu,
+    settled_lists,
+)
 from recbench.benchmarks.metrics import (
     DEFAULT_METRICS,
     RankCounts,
+    TopLists,
+    TrainingPopularity,
     check_tie_policy,
+    is_list_metric,
+    parse_list_metric,
     parse_metric,
     per_user_metrics,
     summarize,
@@ -66,6 +77,35 @@ def check_factors(model: Recommender, factors, rows: int, n_slots: int) -> None:
             and queries.shape == (rows, items.shape[1]) and len(items) == n_slots
             and (bias is None or isinstance(bias, torch.Tensor) and tuple(bias.shape) == (n_slots,))):
         raise wrong_return(model, "score_factors(users, histories)", tuple(factors), expected)
+
+
+def list_entries(scores: torch.Tensor, excluded_rows: torch.Tensor, excluded_items: torch.Tensor,
+                 depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :class:`benchmarks.metrics.TopLists` needs of each row's top-``depth`` list under full ranking: every
+    candidate (a column other than the excluded (row, column) pairs, ``excluded_rows`` in ascending order) scored
+    at least as high as the row's ``depth``-th best candidate, or all of the row's candidates when it has fewer,
+    as numpy (row, column, score). Reads ``scores``, never writes into it.
+
+    A row whose ``depth + 1``-th best score is below its ``depth``-th has exactly its first ``depth``; any other
+    (ties across the list's end, too few finite candidates) is read in full."""
+    n_rows, n_columns = scores.shape
+    step = max(1, LIST_SLICE_BYTES // (4 * n_columns))
+    bounds = torch.searchsorted(excluded_rows, torch.arange(0, n_rows + step, step, device=scores.device)).tolist()
+    found = []
+    for slice_index, start in enumerate(range(0, n_rows, step)):
+        cut = slice(bounds[slice_index], bounds[slice_index + 1])
+        rows, items = excluded_rows[cut] - start, excluded_items[cut]
+        masked = scores[start:start + step].float().clone()  # a copy: the model's scores stay as returned
+        masked[rows, items] = -math.inf
+        settled, opened, threshold = settled_lists(*masked.topk(min(depth + 1, n_columns), dim=1), depth)
+        found.append((settled[0] + start, *settled[1:]))
+        if len(opened):  # −inf may be a real score here: the candidates are told apart by their columns
+            candidate = torch.ones_like(masked, dtype=torch.bool)
+            candidate[rows, items] = False
+            chosen = masked[opened]
+            at = (candidate[opened] & (chosen >= threshold)).nonzero()
+            found.append((opened[at[:, 0]] + start, at[:, 1], chosen[at[:, 0], at[:, 1]]))
+    return tuple(torch.cat(parts).cpu().numpy() for parts in zip(*found))
 
 
 @contextmanager
@@ -130,17 +170,25 @@ class Evaluator:
         self.batch_size = batch_size
         self.metrics = tuple(metrics)
         for name in self.metrics:
-            parse_metric(name)  # fail now, not after training
+            if not is_list_metric(name):
+                parse_metric(name)  # fail now, not after training
         self.tie_policy = tie_policy
         self.progress = progress
         self.tiled = tiled
         self._views = {}
         self._negatives = {}
+        self._popularity = None
 
     def view(self, split: str):
         if split not in self._views:
             self._views[split] = self.split.view(split)
         return self._views[split]
+
+    def popularity(self) -> TrainingPopularity:
+        """Item popularity in the split's training view, which the beyond-accuracy metrics measure lists by."""
+        if self._popularity is None:
+            self._popularity = TrainingPopularity.of(self.split.train(), self.split.n_items)
+        return self._popularity
 
     def negatives(self, split: str, protocol: str) -> np.ndarray:
         key = (split, protocol)
@@ -151,17 +199,30 @@ class Evaluator:
     def evaluate(self, model: Recommender, split: str, protocol: str, model_name: str | None = None,
                  users: np.ndarray | None = None, progress: bool | None = None, metrics=None) -> Evaluation:
         """Rank each user's target among the protocol's candidates; ``users`` restricts to some rows,
-        ``metrics`` replaces the evaluator's list of metrics for this call."""
+        ``metrics`` replaces the evaluator's list of metrics for this call. Beyond-accuracy metrics among them
+        (``Coverage@k`` ...) come from the users' top-k lists, under full ranking only."""
         if protocol not in PROTOCOLS:
             raise unknown("protocol", protocol, PROTOCOLS)
+        names = tuple(metrics or self.metrics)
+        on_lists = [name for name in names if is_list_metric(name)]
+        if on_lists and protocol != "full":
+            raise ValueError(f"{', '.join(on_lists)}: beyond-accuracy metrics come from the top-k lists of full "
+                             f"ranking; protocol {protocol!r} ranks sampled candidates only (ask for them under "
+                             f"'full')")
         started = time.perf_counter()
-        counts = self.rank_counts(model, split, protocol, model_name or type(model).__name__, users, progress)
-        per_user = per_user_metrics(counts.greater, counts.ties, metrics or self.metrics, self.tie_policy)
-        return Evaluation(protocol, split, self.tie_policy, summarize(per_user), counts,
+        lists = TopLists([parse_list_metric(name)[1] for name in on_lists], self.popularity()) if on_lists else None
+        counts = self.rank_counts(model, split, protocol, model_name or type(model).__name__, users, progress,
+                                  lists)
+        per_user = per_user_metrics(counts.greater, counts.ties, [n for n in names if n not in on_lists],
+                                    self.tie_policy)
+        values = {**summarize(per_user), **(lists.metrics(on_lists) if lists else {})}
+        return Evaluation(protocol, split, self.tie_policy, {name: values[name] for name in names}, counts,
                           time.perf_counter() - started)
 
     def rank_counts(self, model: Recommender, split: str, protocol: str, model_name: str,
-                    users: np.ndarray | None = None, progress: bool | None = None) -> RankCounts:
+                    users: np.ndarray | None = None, progress: bool | None = None,
+                    lists: TopLists | None = None) -> RankCounts:
+        """The users' (greater, ties); under full ranking ``lists``, when given, also receives their top lists."""
         view = self.view(split)
         rows = np.arange(len(view), dtype=np.int64) if users is None else np.asarray(users, dtype=np.int64)
         negatives = self.negatives(split, protocol) if protocol != "full" else None
@@ -175,22 +236,23 @@ class Evaluator:
         bar = progress_bar(len(rows), label, self.progress if progress is None else progress, unit="user")
         with evaluation_mode(model), bar:
             tiled = self.tiled and negatives is None and model.device.type == "cpu"
-            greater, ties = ((tiled and self._tiled_counts(model, view, scored, batch_size, bar, label))
-                             or self._chunk_counts(model, model_name, view, rows, scored, negatives, batch_size, bar))
+            greater, ties = ((tiled and self._tiled_counts(model, view, scored, batch_size, bar, label, lists))
+                             or self._chunk_counts(model, model_name, view, scored, negatives, batch_size, bar, lists))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))
         return RankCounts(view.users[rows], greater[in_order], ties[in_order])
 
-    def _chunk_counts(self, model, model_name, view, rows, scored, negatives, batch_size: int, bar):
-        """(greater, ties) of the users ``scored`` (``rows`` in scoring order), one ``score`` call per chunk."""
+    def _chunk_counts(self, model, model_name, view, scored, negatives, batch_size: int, bar, lists=None):
+        """(greater, ties) of the rows ``scored`` of ``view`` (in scoring order: the sampled protocols score them
+        in the caller's order), one ``score`` call per chunk."""
         greater = np.zeros(len(scored), dtype=np.int64)
         ties = np.zeros(len(scored), dtype=np.int64)
         for start, chunk, users_t, histories in history_batches(model, view, scored, batch_size):
             targets = torch.from_numpy(view.targets[chunk]).to(histories.device)
             if negatives is None:
-                g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets)
+                g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets, lists)
             else:
-                order = self._candidate_order(rows, start, start + len(chunk), negatives.shape[1] + 1)
+                order = self._candidate_order(scored, start, start + len(chunk), negatives.shape[1] + 1)
                 chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
                 g, t = self._sampled_counts(model, model_name, users_t, histories, targets, order.to(targets.device),
                                             chosen)
@@ -210,7 +272,7 @@ class Evaluator:
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: scores contain NaN or "
                              f"+inf; the model diverged or has a bug (check its learning rate and inputs)")
 
-    def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets):
+    def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets, lists=None):
         n_slots = self.split.n_items + 1
         scores = model.score(users_t, histories, None)
         self._check_shape(scores, (len(chunk), n_slots), model_name)
@@ -230,9 +292,11 @@ class Evaluator:
         above, equal = above.to(scores.device), equal.to(scores.device)
         greater = above - torch.bincount(rows[excluded > reference], minlength=len(chunk))
         ties = equal - 1 - torch.bincount(rows[excluded == reference], minlength=len(chunk))
+        if lists is not None:  # the lists are drawn from the same candidates as the target's rank
+            lists.add(*list_entries(scores, rows, items, lists.depth))
         return greater, ties
 
-    def _tiled_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str):
+    def _tiled_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str, lists=None):
         """Full-ranking (greater, ties) of a product-score model through
         :class:`benchmarks.evaluator_fast.TiledRanking`, or None when the model's scores are not a product
         (``score_factors`` returns None) or the tiled counts would not be exact (the caller then ranks the
@@ -253,7 +317,7 @@ class Evaluator:
             return None
         bar.reset()
         bar.set_description_str(f"{label} (ranking)")
-        return ranking.counts(view, rows, bar)
+        return ranking.counts(view, rows, bar, lists)
 
     def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:
         """Column order of the candidates of ``rows[start:stop]``: one random permutation per user, drawn in

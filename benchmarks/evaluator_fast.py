@@ -26,6 +26,8 @@ CPU_SLICE_BYTES = 2**18
 # scores, 1 MiB, stays in a core's cache while it is counted) and users per product.
 TILE_ITEMS = 1024
 TILE_USERS = 256
+# The top-k lists of full ranking (``evaluator.list_entries``) mask a copy of this many bytes of scores at a time.
+LIST_SLICE_BYTES = 2**24
 # Scores bounded below this in magnitude are finite, and so is their difference with the target's.
 FINITE_SCORE_BOUND = 2.0 ** 126
 
@@ -86,6 +88,10 @@ class TiledRanking:
     sign of their order otherwise (IEEE subtraction keeps subnormals), so Σ d and Σ |d| give the counts above and
     equal. Excluded columns (padding, the user's history except the target, the last tile's columns past
     n_items) are set to −inf, below every finite target score.
+
+    With a :class:`benchmarks.metrics.TopLists`, each user's best ``depth + 1`` scores are kept from tile to tile
+    as well; a user whose list ends in a tie (or who has fewer candidates than ``depth``) has its tiles scored a
+    second time, the same products, to find every tied candidate.
     """
 
     def __init__(self, queries: torch.Tensor, items: torch.Tensor, bias: torch.Tensor | None, n_slots: int):
@@ -104,8 +110,9 @@ class TiledRanking:
                    + (0 if self.bias is None else self.bias.abs().max()))
         return float(largest) < FINITE_SCORE_BOUND and denormals_kept()
 
-    def counts(self, view, rows: np.ndarray, bar) -> tuple[np.ndarray, np.ndarray]:
-        """(greater, ties) of ``rows`` of ``view`` (the rows of ``self.queries``, in order); ``bar`` counts users."""
+    def counts(self, view, rows: np.ndarray, bar, lists=None) -> tuple[np.ndarray, np.ndarray]:
+        """(greater, ties) of ``rows`` of ``view`` (the rows of ``self.queries``, in order); ``bar`` counts users;
+        ``lists``, when given, receives their top lists."""
         targets = torch.from_numpy(view.targets[rows])
         target_tile = targets // TILE_ITEMS
         order = torch.argsort(target_tile, stable=True)
@@ -118,11 +125,15 @@ class TiledRanking:
         # them wait for each other thousands of times, which costs seconds once another process takes a core.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
+        depth = lists.depth if lists is not None else 0
         try:
             with ThreadPoolExecutor(threads) as pool:
-                results = pool.map(lambda job: self._rank_part(view, rows, targets, *job), parts)
-                for (_, part), part_sums in zip(parts, results):
+                results = pool.map(lambda job: self._rank_part(view, rows, targets, *job, depth), parts)
+                for (_, part), (part_sums, entries) in zip(parts, results):
                     sums[:, part] = part_sums
+                    if entries is not None:
+                        positions, items, scores = entries
+                        lists.add(part.numpy()[positions], items, scores)
                     bar.update(len(part))
         finally:
             torch.set_num_threads(threads)
@@ -131,30 +142,80 @@ class TiledRanking:
         ties = (self.n_tiles * TILE_ITEMS - magnitudes).long().numpy() - 1  # the target equals itself
         return greater, ties
 
-    def _rank_part(self, view, rows: np.ndarray, targets: torch.Tensor, first_tile: int,
-                   part: torch.Tensor) -> torch.Tensor:
-        """Σ d and Σ |d| of the users ``part`` (positions in ``rows``), whose targets lie in ``first_tile``."""
+    def _rank_part(self, view, rows: np.ndarray, targets: torch.Tensor, first_tile: int, part: torch.Tensor,
+                   depth: int = 0) -> tuple[torch.Tensor, tuple | None]:
+        """Σ d and Σ |d| of the users ``part`` (positions in ``rows``), whose targets lie in ``first_tile``; with
+        a ``depth``, also their list entries (:meth:`_list_entries`), else None."""
         q, target = self.queries[part], targets[part]
         history_rows, history_items = view.flat(rows[part.numpy()])
         kept = history_items != target.numpy()[history_rows]
         excluded_items, by_item = torch.from_numpy(history_items[kept]).sort(stable=True)
         excluded_rows = torch.from_numpy(history_rows[kept])[by_item]
         tile_starts = torch.arange(self.n_tiles + 1) * TILE_ITEMS
-        excluded_bounds = torch.searchsorted(excluded_items, tile_starts).tolist()
-        scores, reference = torch.empty(len(part), TILE_ITEMS), None
+        excluded = (excluded_rows, excluded_items, torch.searchsorted(excluded_items, tile_starts).tolist())
+        scores, reference, best = torch.empty(len(part), TILE_ITEMS), None, None
         part_sums = torch.zeros(2, len(part), dtype=torch.float64)
         for tile in [first_tile, *(t for t in range(self.n_tiles) if t != first_tile)]:
-            lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
-            torch.matmul(q, self.items[lo:hi].T, out=scores)
-            if self.bias is not None:
-                scores.add_(self.bias[lo:hi])
-            if reference is None:
-                reference = scores.gather(1, (target - lo)[:, None])
-            cut = slice(excluded_bounds[tile], excluded_bounds[tile + 1])
-            scores[excluded_rows[cut], excluded_items[cut] - lo] = -math.inf
-            scores[:, max(0, self.n_slots - lo):] = -math.inf  # past n_items (last tile only)
-            if tile == 0:
-                scores[:, 0] = -math.inf  # padding
+            self._tile_scores(q, tile, excluded, scores)
+            if reference is None:  # the target is never an excluded column
+                reference = scores.gather(1, (target - tile * TILE_ITEMS)[:, None])
+            if depth:
+                best = _keep_best(best, scores, tile * TILE_ITEMS, depth + 1)
             part_sums[0] += scores.sub_(reference).sign_().sum(1)
             part_sums[1] += scores.abs_().sum(1)
-        return part_sums
+        return part_sums, (self._list_entries(q, excluded, best, depth) if depth else None)
+
+    def _tile_scores(self, q: torch.Tensor, tile: int, excluded: tuple, out: torch.Tensor) -> None:
+        """Scores of the users ``q`` against the items of ``tile`` into ``out``, −inf at excluded columns."""
+        lo, hi = tile * TILE_ITEMS, (tile + 1) * TILE_ITEMS
+        torch.matmul(q, self.items[lo:hi].T, out=out)
+        if self.bias is not None:
+            out.add_(self.bias[lo:hi])
+        excluded_rows, excluded_items, excluded_bounds = excluded
+        cut = slice(excluded_bounds[tile], excluded_bounds[tile + 1])
+        out[excluded_rows[cut], excluded_items[cut] - lo] = -math.inf
+        out[:, max(0, self.n_slots - lo):] = -math.inf  # past n_items (last tile only)
+        if tile == 0:
+            out[:, 0] = -math.inf  # padding
+
+    def _list_entries(self, q: torch.Tensor, excluded: tuple, best: tuple, depth: int) -> tuple:
+        """``evaluator.list_entries`` for the users ``q``, from their best ``depth + 1`` (values, columns): as
+        numpy (position in ``q``, item, score). Every real score is finite here (:meth:`exact`): −inf is an
+        excluded column."""
+        settled, opened, threshold = settled_lists(*best, depth)
+        found = [settled]
+        if len(opened):
+            scores = torch.empty(len(q), TILE_ITEMS)
+            for tile in range(self.n_tiles):  # the same products of the same shapes: the same scores
+                self._tile_scores(q, tile, excluded, scores)
+                chosen = scores[opened]
+                at = ((chosen >= threshold) & torch.isfinite(chosen)).nonzero()
+                found.append((opened[at[:, 0]], at[:, 1] + tile * TILE_ITEMS, chosen[at[:, 0], at[:, 1]]))
+        return tuple(torch.cat(parts).numpy() for parts in zip(*found))
+
+
+def settled_lists(values: torch.Tensor, columns: torch.Tensor, depth: int) -> tuple:
+    """From each row's best ``depth + 1`` (values, columns), best first: the list entries (row, column, score) of
+    the rows whose ``depth + 1``-th best is below the ``depth``-th (their first ``depth``, exactly); and the other
+    rows (a tie across the list's end, or no ``depth + 1``-th column) with the score their entries must reach
+    (the ``depth``-th best, or the last there is), as a column, for the caller to read in full."""
+    width = values.shape[1]
+    if width > depth:
+        read_in_full = values[:, depth] == values[:, depth - 1]
+    else:
+        read_in_full = torch.ones(len(values), dtype=torch.bool, device=values.device)
+    closed, opened = (~read_in_full).nonzero()[:, 0], read_in_full.nonzero()[:, 0]
+    settled = (closed.repeat_interleave(depth), columns[closed, :depth].reshape(-1), values[closed, :depth].reshape(-1))
+    return settled, opened, values[opened, min(depth, width) - 1][:, None]
+
+
+def _keep_best(best: tuple | None, scores: torch.Tensor, first_column: int, width: int) -> tuple:
+    """The ``width`` best (values, columns) of each row among ``best`` so far and the tile ``scores`` whose first
+    column is ``first_column``."""
+    values, columns = scores.topk(min(width, scores.shape[1]), dim=1)
+    columns = columns + first_column
+    if best is not None:
+        values, columns = torch.cat([best[0], values], 1), torch.cat([best[1], columns], 1)
+        values, at = values.topk(min(width, values.shape[1]), dim=1)
+        columns = columns.gather(1, at)
+    return values, columns

@@ -34,7 +34,7 @@ import torch
 from recbench.benchmarks.attention import attention_arrays
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.jobs import KEY_VERSION, TIE_POLICY, PlannedJob
-from recbench.benchmarks.metrics import DEFAULT_METRICS
+from recbench.benchmarks.metrics import DEFAULT_METRICS, list_metric_names
 from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.planner import selection_metric
 from recbench.benchmarks.provenance import PeakMemory, describe_device, library_versions
@@ -255,12 +255,14 @@ def _validator(model: Recommender, planned: PlannedJob, evaluator: Evaluator, pa
 
 
 def _test(model: Recommender, planned: PlannedJob, evaluator: Evaluator, pairs: RelevanceEvaluator) -> list:
-    """The selected model on the test split, once per protocol (the relevance task: its pairs)."""
+    """The selected model on the test split, once per protocol (the relevance task: its pairs); a full-ranking
+    row also holds the beyond-accuracy metrics of the users' top-k lists."""
     job = planned.job
     if job.task != RELEVANCE:
         results = []
         for protocol in planned.protocols:
-            evaluation = evaluator.evaluate(model, "test", protocol, job.model)
+            metrics = (*DEFAULT_METRICS, *list_metric_names(DEFAULT_METRICS)) if protocol == "full" else None
+            evaluation = evaluator.evaluate(model, "test", protocol, job.model, metrics=metrics)
             results.append(TestResult(protocol, evaluation.tie_policy, evaluation.metrics,
                                       len(evaluation.counts.users), f"per_user/{planned.file_stem}__{protocol}.npz",
                                       dataclasses.asdict(evaluation.counts), evaluation.seconds))

@@ -26,11 +26,13 @@ def main_tables(rows: list[dict]) -> str:
 def _table(dataset: str, protocol: str, rows: list[dict]) -> str:
     models = list(dict.fromkeys(r["model"] for r in rows))
     table = []
-    for metric in rows[0]["metrics"]:
+    # Every metric any row has: rows written before a metric existed (a resumed folder) leave its cell a gap.
+    for metric in dict.fromkeys(metric for r in rows for metric in r["metrics"]):
         cells = [metric]
         for name in models:
-            values = [r["metrics"][metric] for r in rows if r["model"] == name]
-            cells.append(f"{np.mean(values):.4f}" + (f" ± {np.std(values):.4f}" if len(values) > 1 else ""))
+            values = [r["metrics"][metric] for r in rows if r["model"] == name and metric in r["metrics"]]
+            cells.append("–" if not values else f"{np.mean(values):.4f}"
+                         + (f" ± {np.std(values):.4f}" if len(values) > 1 else ""))
         table.append(cells)
     seeds = len({r["seed"] for r in rows})
     title = f"### {dataset} — protocol `{protocol}` ({seeds} seed{'s' if seeds > 1 else ''}, test split)"

@@ -1,5 +1,5 @@
 """Figures (PNG and PDF) from result rows: sensitivity sweeps, training curves, quality against training time,
-attention heat maps and bar charts of Table 2.
+accuracy against the popularity of the lists, attention heat maps and bar charts of Table 2.
 
 Every builder returns the figures it wrote and, when it had nothing to draw, a note saying why, so the report can
 say what was skipped. Colours and markers are fixed per model across all figures.
@@ -311,6 +311,56 @@ def quality_time_figures(results: ResultSet, folder: Path, metric: str = QUALITY
     return Outcome(figures, [])
 
 
+# ------------------------------------------------------------------------------ accuracy against popularity
+
+POPULARITY_METRIC = "ARP@10"
+
+
+def popularity_figures(results: ResultSet, folder: Path, metric: str = QUALITY_METRIC) -> Outcome:
+    """Test ``metric`` against ARP@10, the mean training popularity of the listed items (``PROTOCOL.md``, "Beyond
+    accuracy"), of the main grid's full-ranking rows: one panel per dataset (rows) and split (columns), one point
+    per model at its mean over seeds, with ± std bars on both axes where there are several seeds."""
+    rows = [r for r in results.select(study="main", task=RANKING, protocol="full")
+            if metric in r.metrics and POPULARITY_METRIC in r.metrics]
+    if not rows:
+        return Outcome([], [f"Accuracy-against-popularity figure skipped: no main-grid full-ranking row has "
+                            f"{metric} and {POPULARITY_METRIC}."])
+    style = model_style(list(results.values("model")))
+    datasets = names.order_datasets({r.dataset for r in rows})
+    splits = names.order_splits({r.split for r in rows})
+    models = names.order_models({r.model for r in rows})
+    cells = group(rows, "dataset", "split", "model")
+    # Panels of one dataset share their axes, so that a model's move from one split to the other reads directly.
+    fig, axes = plt.subplots(len(datasets), len(splits), squeeze=False, sharex="row", sharey="row",
+                             layout="constrained", figsize=(max(4.6 * len(splits) + 2.4, 8.5), 3.8 * len(datasets)))
+    seeds = set()
+    for row_index, dataset in enumerate(datasets):
+        for column, split in enumerate(splits):
+            ax = axes[row_index, column]
+            shown = [m for m in models if (dataset, split, m) in cells]
+            for model in shown:
+                x, y = (summarize(cells[(dataset, split, model)], name) for name in (POPULARITY_METRIC, metric))
+                colour, marker = style[model]
+                ax.errorbar(x.mean, y.mean, xerr=x.std, yerr=y.std, fmt=marker, color=colour, markersize=8,
+                            markeredgecolor="black", markeredgewidth=0.5, capsize=2, linewidth=1)
+                seeds |= {s.n for s in (x, y) if s.std is not None}
+            if not shown:
+                ax.text(0.5, 0.5, "no rows", transform=ax.transAxes, ha="center", va="center", color="grey")
+            ax.set_title(f"{names.dataset_name(dataset)}, {names.split_name(split)} split")
+            ax.set_xlabel(f"{POPULARITY_METRIC}: mean training interactions of a listed item")
+            ax.set_ylabel(f"test {metric} (full)")
+    handles = [Line2D([], [], color=style[m][0], marker=style[m][1], linestyle="", markeredgecolor="black",
+                      markeredgewidth=0.5) for m in models]
+    _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
+    bars = f"bars: ± std over {_span(seeds)} seeds" if seeds else "one seed, no bars"
+    fig.suptitle(f"Accuracy against the popularity of the top 10 (protocol full; right: more popular items)"
+                 f"{_smoke_title(results, rows)}")
+    return Outcome([_save(fig, folder, "accuracy_vs_popularity",
+                          f"Test {metric} against {POPULARITY_METRIC} (the mean number of training interactions of "
+                          f"the items in each user's top 10), one point per model, per dataset (rows) and split "
+                          f"(columns); protocol full, mean over seeds; {bars}.")], [])
+
+
 # ---------------------------------------------------------------------------------------------- attention
 
 def _attention_files(results: ResultSet) -> list[tuple[Row, Path]]:
@@ -538,7 +588,7 @@ def bar_figures(results: ResultSet, folder: Path, protocols: list[str]) -> Outco
         width = 0.8 / len(models)
         seeds = set()
         for ax, dataset in zip(axes[:, 0], datasets):
-            metrics = names.order_metrics(m for r in rows if r.dataset == dataset for m in r.metrics)
+            metrics = names.accuracy_metrics(m for r in rows if r.dataset == dataset for m in r.metrics)
             for i, model in enumerate(models):
                 stats = [summarize(cells.get((dataset, model), []), metric) for metric in metrics]
                 x = np.arange(len(metrics)) + (i - (len(models) - 1) / 2) * width

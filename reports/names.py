@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from recbench.benchmarks.metrics import is_list_metric
+
 # Paper Table 2 order (baselines, then BERT4Rec); the 1-mask variant sits next to BERT4Rec as in Table 3.
 MODELS = {
     "pop": "POP",
@@ -57,6 +59,8 @@ SWEEP_PARAMS = {
 LOG_SWEEPS = {"hidden", "max_len"}
 
 PROTOCOLS = ("full", "pop100", "uni100")
+SPLITS = ("leave-one-out", "temporal")  # the paper's first
+SPLIT_NAMES = {"leave-one-out": "leave-one-out", "temporal": "global temporal"}
 PROTOCOL_NAMES = {
     "full": "full ranking over all items",
     "pop100": "100 popularity-sampled negatives",
@@ -96,6 +100,14 @@ def order_protocols(protocols: Iterable[str]) -> list[str]:
     return _ordered(protocols, PROTOCOLS)
 
 
+def split_name(split: str) -> str:
+    return SPLIT_NAMES.get(split, split)
+
+
+def order_splits(splits: Iterable[str]) -> list[str]:
+    return _ordered(splits, SPLITS)
+
+
 def _metric_key(metric: str) -> tuple:
     match = re.fullmatch(r"([A-Za-z]+)@(\d+)", metric)
     family, cutoff = (match.group(1), int(match.group(2))) if match else (metric, 0)
@@ -106,6 +118,12 @@ def _metric_key(metric: str) -> tuple:
 def order_metrics(metrics: Iterable[str]) -> list[str]:
     """HR@k by k, then NDCG@k by k, then MRR, then anything else alphabetically."""
     return sorted(set(metrics), key=_metric_key)
+
+
+def accuracy_metrics(metrics: Iterable[str]) -> list[str]:
+    """:func:`order_metrics` without the beyond-accuracy metrics of the top-k lists, which describe the lists
+    rather than the target's rank and have a table of their own (``reports.splits``)."""
+    return order_metrics(m for m in metrics if not is_list_metric(m))
 
 
 def canonical_variant(label: str) -> str:

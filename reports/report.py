@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from recbench.benchmarks.store import read_tuning_studies, write_atomic
-from recbench.reports import figures, names, tables, tuning
+from recbench.reports import figures, names, splits, tables, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
 from recbench.reports.results import SMOKE_LABEL, ResultSet, load_results
@@ -47,13 +47,18 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
         if not any(found):
             notes.append(f"{what} skipped: no matching rows.")
     built += tuning.tuning_tables(results, protocols, per_user, alpha)
-    if per_user.problems:
-        problems = sorted(per_user.problems)
-        more = len(problems) - MAX_LISTED_PROBLEMS
-        notes.append("Significance not tested where per-user values were unavailable: "
-                     + "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
-                     + ".")
+    notes += _problems(per_user)
     return [t for t in built if t is not None], notes
+
+
+def _problems(per_user: PerUser) -> list[str]:
+    """A note naming the per-user files that were unavailable for the paired tests (nothing when none was)."""
+    if not per_user.problems:
+        return []
+    problems = sorted(per_user.problems)
+    more = len(problems) - MAX_LISTED_PROBLEMS
+    return ["Significance not tested where per-user values were unavailable: "
+            + "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (f"; and {more} more" if more > 0 else "") + "."]
 
 
 def _distinct(rows, key: str) -> list[str]:
@@ -104,8 +109,10 @@ def _provenance(results: ResultSet) -> list[str]:
     protocols = names.order_protocols(results.values("protocol"))
     lines.append("- Protocols: " + ", ".join(f"{p} ({names.PROTOCOL_NAMES.get(p, 'not described')})"
                                              for p in protocols) + ".")
+    split_rows = Counter(r.split for r in rows)
     lines.append(f"- Tie policy: {', '.join(_distinct(rows, 'tie_policy'))}; split: "
-                 f"{', '.join(_distinct(rows, 'split'))}.")
+                 + ", ".join(f"{names.split_name(s)} ({split_rows[s]} rows)"
+                             for s in names.order_splits(split_rows)) + ".")
     lines.append(f"- Seeds: {', '.join(map(str, sorted(results.values('seed'))))}.")
     lines.append(f"- Device: {'; '.join(_distinct(rows, 'device'))}.")
     commits = _distinct(rows, "commit")
@@ -151,6 +158,47 @@ def _smoke_banner(results: ResultSet) -> list[str]:
             f"`--profile paper` for numbers to report.", ""]
 
 
+def _paper_split(results: ResultSet) -> tuple[ResultSet, list[str]]:
+    """The rows the paper's tables and figures show: those of one split, leave-one-out's when present (the paper's),
+    so that no cell averages results of two splits; and a note when rows of another split were set aside."""
+    present = names.order_splits(results.values("split"))
+    if len(present) < 2:
+        return results, []
+    shown, others = present[0], present[1:]
+    return replace(results, rows=[r for r in results.rows if r.split == shown]), [
+        f"The paper's tables and figures show the {names.split_name(shown)} split; the rows of the "
+        f"{' and '.join(map(names.split_name, others))} split appear in the section \"{SPLIT_SECTION}\" only."]
+
+
+SPLIT_SECTION = "Under both splits: order and popularity"
+
+
+def _split_section(results: ResultSet, table_dir: Path, figure_dir: Path,
+                   alpha: float) -> tuple[list[str], list[Table], list[str]]:
+    """The lines of the section that sets the models side by side under both splits (``reports.splits``), the
+    tables it wrote, and notes for "Skipped or incomplete" when it has nothing to show."""
+    per_user = PerUser(results.folder)
+    built, notes = splits.split_tables(results, per_user, alpha)
+    if not built:
+        return [], [], notes
+    for table in built:
+        write_table(table, table_dir)
+    with figures.house_style():
+        drawn = figures.popularity_figures(results, figure_dir)
+    notes += drawn.notes + _problems(per_user)
+    lines = [f"## {SPLIT_SECTION}", "",
+             "The main grid's models under full ranking, split by leave-one-out (the paper's: each user's last "
+             "interaction is the test target) and by global cut times (PROTOCOL.md): does their order hold, and how "
+             "popular are the items they list?", "", *(f"- {note}" for note in notes), *([""] if notes else [])]
+    for table in built:
+        lines += [f"### [{table.heading}](tables/{table.name}.md) ([LaTeX](tables/{table.name}.tex))", "",
+                  to_markdown(table, title=False), ""]
+    for figure in drawn.figures:
+        lines += [f"- [{figure.name}](figures/{figure.name}.png) ([PDF](figures/{figure.name}.pdf)): "
+                  f"{figure.caption}", "", f"  ![{figure.caption}](figures/{figure.name}.png)", ""]
+    return lines, built, []
+
+
 def generate_report(results_dir: Path, protocols: list[str] | None = None, user: int | None = None,
                     alpha: float = 0.01) -> Path:
     """Write ``tables/``, ``figures/`` and ``report.md`` into ``results_dir``; return the path of report.md.
@@ -167,17 +215,21 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
         results = replace(results, rows=[r for r in results.rows
                                          if r.task != tables.RANKING or r.protocol in present])
     table_dir, figure_dir = results_dir / "tables", results_dir / "figures"
-    built, table_notes = _build_tables(results, present, alpha)
+    paper, split_notes = _paper_split(results)
+    notes += split_notes
+    built, table_notes = _build_tables(paper, present, alpha)
     notes += table_notes
     for table in built:
         write_table(table, table_dir)
-    write_atomic(table_dir / "all_tables.tex", latex_document([t.name for t in built]))
+    section, section_tables, section_notes = _split_section(results, table_dir, figure_dir, alpha)
+    notes += section_notes
+    write_atomic(table_dir / "all_tables.tex", latex_document([t.name for t in built + section_tables]))
 
     with figures.house_style():
-        outcomes = [figures.sensitivity_figures(results, figure_dir), figures.curve_figures(results, figure_dir),
-                    figures.quality_time_figures(results, figure_dir),
-                    figures.attention_figures(results, figure_dir, user=user),
-                    figures.bar_figures(results, figure_dir, present),
+        outcomes = [figures.sensitivity_figures(paper, figure_dir), figures.curve_figures(paper, figure_dir),
+                    figures.quality_time_figures(paper, figure_dir),
+                    figures.attention_figures(paper, figure_dir, user=user),
+                    figures.bar_figures(paper, figure_dir, present),
                     figures.tuning_figures(read_tuning_studies(results_dir), figure_dir)]
     drawn = [f for outcome in outcomes for f in outcome.figures]
     notes += [note for outcome in outcomes for note in outcome.notes]
@@ -194,6 +246,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
     for figure in drawn:
         lines += [f"- [{figure.name}](figures/{figure.name}.png) ([PDF](figures/{figure.name}.pdf)): "
                   f"{figure.caption}", "", f"  ![{figure.caption}](figures/{figure.name}.png)", ""]
+    lines += section
     if notes:
         lines += ["## Skipped or incomplete", "", *(f"- {note}" for note in notes), ""]
     report = results_dir / "report.md"

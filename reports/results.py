@@ -2,8 +2,8 @@
 
 A malformed line is an error that names the file and the line; rows of a study or task this package does not
 know are set aside with a note (a newer runner may write them), never an error. When a run is repeated or
-resumed, a later line for the same (study, variant, sweep point, dataset, model, task, protocol, seed) replaces
-the earlier one, so the tables show the latest result. When the earlier line came from other settings (another
+resumed, a later line for the same (study, variant, sweep point, dataset, model, task, protocol, split, seed)
+replaces the earlier one, so the tables show the latest result. When the earlier line came from other settings (another
 job key), :attr:`ResultSet.changes` says which settings differ, so a report never mixes configurations silently.
 """
 from __future__ import annotations
@@ -21,6 +21,9 @@ STUDIES = ("main", "ablation", "sensitivity", "cloze", TUNING_STUDY)  # tuning: 
 TASKS = ("next-item", "relevance")
 SMOKE = "smoke"  # the profile whose results only check an installation
 SMOKE_LABEL = "smoke profile: installation check, not the paper's settings"
+LEAVE_ONE_OUT = "leave-one-out"  # the paper's split, which every row written before splits were named used
+# What ``split`` holds where it names the view a row was evaluated on, not how the data was split.
+VIEWS = ("test", "valid")
 # Keys without which a row cannot be placed in any table; every other key is optional here.
 REQUIRED = {"schema": int, "study": str, "dataset": str, "model": str, "task": str, "protocol": str,
             "seed": int, "metrics": dict}
@@ -46,12 +49,13 @@ class Row:
     seed: int
     metrics: dict
     raw: dict = field(repr=False, compare=False)
+    split: str = LEAVE_ONE_OUT  # how the data was split into training and held-out interactions
 
     @property
     def key(self) -> tuple:
         """What identifies one result; a later row with the same key supersedes an earlier one."""
         return (self.study, self.variant, self.sweep_param, self.sweep_value, self.dataset, self.model,
-                self.task, self.protocol, self.seed)
+                self.task, self.protocol, self.split, self.seed)
 
     def get(self, name: str, default=None):
         value = self.raw.get(name)
@@ -134,6 +138,13 @@ def _label(row: Row) -> str:
     return f"{row.dataset}/{row.model}{variant} seed {row.seed}"
 
 
+def split_of(raw: dict) -> str:
+    """How a row's data was split: its ``split_scheme``, else its ``split`` where that names a split rather than
+    the view evaluated (``test``), else leave-one-out, which every row written before splits had names used."""
+    split = raw.get("split_scheme") or raw.get("split")
+    return LEAVE_ONE_OUT if split is None or split in VIEWS else str(split)
+
+
 def _fail(path: Path, line: int, message: str):
     raise ResultsError(f"{path}, line {line}: {message}")
 
@@ -168,7 +179,8 @@ def _parse_row(path: Path, line: int, obj) -> Row:
     variant = obj.get("variant")
     return Row(line=line, study=obj["study"], variant=None if variant is None else str(variant),
                sweep_param=sweep_param, sweep_value=sweep_value, dataset=obj["dataset"], model=obj["model"],
-               task=obj["task"], protocol=obj["protocol"], seed=obj["seed"], metrics=metrics, raw=obj)
+               task=obj["task"], protocol=obj["protocol"], seed=obj["seed"], metrics=metrics, raw=obj,
+               split=split_of(obj))
 
 
 def load_results(folder: Path) -> ResultSet:

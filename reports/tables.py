@@ -183,7 +183,7 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
     untested, tests = set(), []
     for dataset in datasets:
         dataset_rows = [r for r in rows if r.dataset == dataset]
-        metrics = names.order_metrics(m for r in dataset_rows for m in r.metrics)
+        metrics = names.accuracy_metrics(m for r in dataset_rows for m in r.metrics)
         breaks.add(len(table_rows))
         for metric in metrics:
             seeds = {m: cells_by_key.get((dataset, m), []) for m in models}

@@ -99,8 +99,8 @@ def default_vs_tuned_table(results: ResultSet, protocol: str, per_user: PerUser,
     for dataset, model in pairs:
         seeds = {variant: by_key.get((dataset, model, variant), []) for variant in (DEFAULT, TUNED)}
         breaks.add(len(table_rows))
-        for metric in names.order_metrics(m for r in rows if (r.dataset, r.model) == (dataset, model)
-                                          for m in r.metrics):
+        for metric in names.accuracy_metrics(m for r in rows if (r.dataset, r.model) == (dataset, model)
+                                             for m in r.metrics):
             cells = {variant: value_cell(summarize(seeds[variant], metric)) for variant in seeds}
             found = [cell.value for cell in cells.values() if cell.value is not None]
             for cell in cells.values():

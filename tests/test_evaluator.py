@@ -9,8 +9,7 @@ from recbench.benchmarks.evaluator import Evaluator, ScoreError
 from recbench.benchmarks.metrics import per_user_metrics
 from recbench.benchmarks.negatives import candidate_weights, load_or_sample, sample_negatives
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
-from recbench.models.base import ScoreFactors, gather_candidates
-from tests.helpers import SHARED_DATA, FixedScorer, repeat_data, requires_shared_data
+from tests.helpers import SHARED_DATA, FixedScorer, ProductScorer, repeat_data, requires_shared_data
 
 
 def toy_data(n_users=30, n_items=400, length=12, seed=0) -> SequenceData:
@@ -415,22 +414,6 @@ def test_full_counts_on_beauty_equal_the_masking_reference(name):
 
 
 # ------------------------------------------------------------------ full ranking of product scores, tile by tile
-class ProductScorer(FixedScorer):
-    """score(u, i) = q_u · e_i + b_i from fixed factors, offered to the evaluator through ``score_factors``."""
-
-    def __init__(self, queries: np.ndarray, items: np.ndarray, bias: np.ndarray | None = None):
-        super().__init__(np.zeros((len(queries), len(items))))
-        self.queries = torch.as_tensor(queries, dtype=torch.float32)
-        self.items = torch.as_tensor(items, dtype=torch.float32)
-        self.bias = None if bias is None else torch.as_tensor(bias, dtype=torch.float32)
-
-    def score_factors(self, users, histories):
-        return ScoreFactors(self.queries[users], self.items, self.bias)
-
-    def score(self, users, histories, candidates):
-        return gather_candidates(self.score_factors(users, histories).full(), candidates)
-
-
 def both_paths(model, split, which="test", users=None, tmp_path=None):
     """(greater, ties) from the tiled path and from the full score matrix."""
     return [Evaluator(split, seed=0, cache_dir=tmp_path, tiled=tiled).rank_counts(model, which, "full", "m", users)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from recbench.benchmarks.metrics import DEFAULT_METRICS, per_user_metrics
+from recbench.benchmarks.metrics import DEFAULT_METRICS, RankCounts, per_user_metrics
 from recbench.reports import generate_report, names
 from recbench.reports.__main__ import main as cli
 from recbench.reports.published import load_published
@@ -700,3 +700,156 @@ def test_the_tuning_tables_marks_follow_holm_corrected_p_values_not_raw_ones(tmp
         expected = ("†" if adjusted[(cell, 0)] < alpha else "") + ("‡" if adjusted[(cell, 1)] < alpha else "")
         assert row[3].marks + row[4].marks == expected, cell
     assert f"Holm's correction for the {len(raw)} comparisons of this table" in " ".join(table.notes)
+
+
+# ------------------------------------------------------------------------------- under both splits (issue 30)
+
+BEYOND = ("Coverage@10", "Gini@10", "ARP@10", "APLT@10", "Novelty@10")
+# NDCG@10 by hand: leave-one-out orders BERT4Rec > SASRec > GRU4Rec > POP; the temporal split swaps the first two
+# and the last two (two discordant pairs of six: τ = (4 − 2)/6 = 1/3). HR@10 keeps one order under both (τ = 1).
+HAND_NDCG = {"leave-one-out": {"bert4rec": 0.30, "sasrec": 0.25, "gru4rec": 0.20, "pop": 0.05},
+             "temporal": {"bert4rec": 0.10, "sasrec": 0.12, "gru4rec": 0.08, "pop": 0.09}}
+HAND_HR = {"bert4rec": 0.5, "sasrec": 0.4, "gru4rec": 0.3, "pop": 0.1}
+
+
+def hand_split_row(folder: Path, split: str, model: str, seed: int = 0, **changes) -> dict:
+    """A full-ranking row with hand-set metrics (no per-user file): NDCG@10 and HR@10 above, and beyond-accuracy
+    values that tell the models apart (POP's lists the most popular)."""
+    row = ranking_row(folder, "ml-1m", model, seed, protocol="full", with_per_user=False, split=split)
+    popular = {"pop": 900.0, "gru4rec": 700.0, "sasrec": 400.0, "bert4rec": 300.0}[model]
+    row["metrics"] = {"HR@10": HAND_HR[model] / (1 if split == "leave-one-out" else 2),
+                      "NDCG@10": HAND_NDCG[split][model], "Coverage@10": 0.05 if model == "pop" else 0.4,
+                      "Gini@10": 0.99 if model == "pop" else 0.8, "ARP@10": popular + seed,
+                      "APLT@10": 0.0 if model == "pop" else 0.2, "Novelty@10": 1.5 if model == "pop" else 4.0,
+                      **changes}
+    return row
+
+
+def split_folder(folder: Path, splits=("leave-one-out", "temporal"), seeds=(0,)) -> Path:
+    return write_results(folder, [hand_split_row(folder, split, model, seed) for split in splits
+                                  for model in ("pop", "gru4rec", "sasrec", "bert4rec") for seed in seeds])
+
+
+def test_a_rows_split_is_leave_one_out_unless_it_names_another_and_splits_never_supersede_each_other(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split=split)
+            for split in ("test", "temporal", "test")]
+    del rows[0]["split"]  # a row written before the field: leave-one-out too
+    rows[2]["split_scheme"] = "temporal"  # the scheme named beside the view evaluated
+    rows.append(ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split="test"))  # the view: leave-one-out
+    results = load_results(write_results(tmp_path, rows))
+    assert sorted(row.split for row in results.rows) == ["leave-one-out", "temporal"]
+    # The fourth line replaced the first and the third the second; no row of one split replaced the other's.
+    assert results.superseded == 2 and [row.line for row in results.rows] == [3, 4]
+
+
+def test_the_models_side_by_side_and_kendalls_tau_by_hand(tmp_path):
+    report = generate_report(split_folder(tmp_path)).read_text()
+    header, body = parse_markdown(tmp_path / "tables" / "splits_side_by_side.md")
+    assert header == ["Dataset", "Model", "HR@10 (leave-one-out)", "NDCG@10 (leave-one-out)", "place (leave-one-out)",
+                      "HR@10 (global temporal)", "NDCG@10 (global temporal)", "place (global temporal)"]
+    cells = {row[1]: row for row in body}
+    assert [plain(cells[m][3]) for m in ("BERT4Rec", "SASRec", "GRU4Rec", "POP")] == ["0.3000", "0.2500", "0.2000",
+                                                                                      "0.0500"]
+    assert {m: (cells[m][4], cells[m][7]) for m in cells} == {"BERT4Rec": ("1", "2"), "SASRec": ("2", "1"),
+                                                              "GRU4Rec": ("3", "4"), "POP": ("4", "3")}
+    assert cells["SASRec"][6] == "**0.1200**" and cells["BERT4Rec"][6] == "<ins>0.1000</ins>"  # per column
+    header, body = parse_markdown(tmp_path / "tables" / "splits_kendall.md")
+    assert header == ["Dataset", "Metric", "Models", "Kendall's τ", "p"]
+    # Exact p of four models without ties: permutations with at most 2 inversions (1 + 3 + 5 of 24), both sides.
+    assert body == [["ML-1m", "HR@10", "4", "+1.000", f"{2 / 24:.3f}"], ["ML-1m", "NDCG@10", "4", "+0.333", "0.750"]]
+    assert "## Under both splits: order and popularity" in report and "has no rows here" not in report
+    # Table 2 under full ranking shows leave-one-out alone, never a mean of both splits' rows.
+    _, table2 = table2_cells(tmp_path, "full")
+    assert plain(table2[("ML-1m", "NDCG@10")]["SASRec"]) == "0.2500"
+    assert "The paper's tables and figures show the leave-one-out split" in report
+    assert "split: leave-one-out (4 rows), global temporal (4 rows)" in report
+    all_tables = (tmp_path / "tables" / "all_tables.tex").read_text()
+    assert all(rf"\input{{{name}}}" in all_tables for name in ("splits_side_by_side", "splits_kendall",
+                                                                "beyond_accuracy"))
+
+
+def test_paired_tests_between_neighbours_of_each_ordering_are_holm_corrected(tmp_path):
+    users = np.arange(60)
+    rng = np.random.default_rng(0)
+    spread = RankCounts(users, rng.integers(0, 16, 60), np.zeros(60, dtype=np.int64))  # some beyond the top 10
+    counts = {"bert4rec": RankCounts(users, np.zeros(60, dtype=np.int64), np.zeros(60, dtype=np.int64)),
+              "sasrec": spread, "gru4rec": spread, "pop": RankCounts(users, np.full(60, 200), np.zeros(60, dtype=int))}
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, protocol="full", counts=counts[model], split=split)
+            for split in ("leave-one-out", "temporal") for model in counts]
+    generate_report(write_results(tmp_path, rows))
+    _, body = parse_markdown(tmp_path / "tables" / "splits_side_by_side.md")
+    cells = {row[1]: row for row in body}
+    ndcg = {model: cells[model][3] for model in cells}
+    # BERT4Rec (every target first) beats the next model down; SASRec and GRU4Rec are the same, so whichever of
+    # them is placed above the other carries no mark, and the one below beats POP (never a target in the top 10).
+    assert ndcg["BERT4Rec"].endswith("†‡") and not ndcg["POP"].endswith(("†", "‡"))
+    assert [ndcg[m].endswith("†‡") for m in ("SASRec", "GRU4Rec")].count(True) == 1
+    notes = (tmp_path / "tables" / "splits_side_by_side.md").read_text()
+    # Three neighbours per column, two metrics, two splits.
+    assert "between each model and the next one below it in the same column" in notes
+    assert "Holm's correction for the 12 comparisons of this table" in notes
+
+
+def test_the_beyond_accuracy_table_shows_every_split_and_names_rows_without_the_metrics(tmp_path):
+    rows = [hand_split_row(tmp_path, split, model, seed) for split in ("leave-one-out", "temporal")
+            for model in ("pop", "sasrec") for seed in (0, 1)]
+    old = ranking_row(tmp_path, "ml-1m", "gru4rec", 0, protocol="full", with_per_user=False)  # no list metrics
+    generate_report(write_results(tmp_path, [*rows, old]))
+    header, body = parse_markdown(tmp_path / "tables" / "beyond_accuracy.md")
+    assert header == ["Dataset", "Split", "Model", "NDCG@10", *BEYOND]
+    cells = {(row[1], row[2]): dict(zip(header[3:], row[3:])) for row in body}
+    assert set(cells) == {("leave-one-out", "POP"), ("leave-one-out", "GRU4Rec"), ("leave-one-out", "SASRec"),
+                          ("global temporal", "POP"), ("global temporal", "SASRec")}
+    assert cells[("leave-one-out", "POP")]["ARP@10"] == f"900.5 ± {np.std([900, 901], ddof=1):.1f}"
+    assert cells[("global temporal", "SASRec")]["APLT@10"] == "0.2000 ± 0.0000"
+    assert cells[("leave-one-out", "GRU4Rec")]["Gini@10"] == "–"
+    notes = (tmp_path / "tables" / "beyond_accuracy.md").read_text()
+    assert "No beyond-accuracy metrics in the rows of GRU4Rec on ML-1m (leave-one-out)" in notes
+    assert "ARP@10: mean training interactions of a listed item" in notes
+
+
+def test_with_one_split_the_section_shows_the_lists_and_says_the_other_has_no_rows(tmp_path, drawn):
+    report = generate_report(split_folder(tmp_path, splits=("leave-one-out",))).read_text()
+    assert "The global temporal split has no rows here" in report and "--split temporal" in report
+    assert (tmp_path / "tables" / "beyond_accuracy.md").is_file()
+    assert not (tmp_path / "tables" / "splits_side_by_side.md").exists()
+    assert not (tmp_path / "tables" / "splits_kendall.md").exists()
+    assert "figures/accuracy_vs_popularity.png" in report
+    assert "The paper's tables and figures show" not in report
+    (axes,) = [ax for ax in drawn["accuracy_vs_popularity"].axes]
+    assert axes.get_title() == "ML-1m, leave-one-out split"
+
+
+def test_the_popularity_figure_has_a_point_per_model_a_panel_per_dataset_and_split(tmp_path, drawn):
+    from recbench.reports import figures
+
+    folder = split_folder(tmp_path, seeds=(0, 1))
+    outcome = figures.popularity_figures(load_results(folder), folder)
+    fig = drawn["accuracy_vs_popularity"]
+    assert [ax.get_title() for ax in fig.axes] == ["ML-1m, leave-one-out split", "ML-1m, global temporal split"]
+    for ax, split in zip(fig.axes, ("leave-one-out", "temporal")):
+        assert ax.get_xlabel() == "ARP@10: mean training interactions of a listed item"
+        assert ax.get_ylabel() == "test NDCG@10 (full)"
+        points = sorted((float(bars.lines[0].get_xdata()[0]), float(bars.lines[0].get_ydata()[0]))
+                        for bars in ax.containers)  # a model's point and its error bars
+        expected_points = sorted((arp + 0.5, HAND_NDCG[split][model]) for model, arp in
+                                 {"pop": 900, "gru4rec": 700, "sasrec": 400, "bert4rec": 300}.items())
+        assert np.allclose(points, expected_points)
+    assert "Accuracy against the popularity of the top 10" in fig.get_suptitle()
+    legend = fig.legends[0]
+    assert [text.get_text() for text in legend.get_texts()] == ["POP", "GRU4Rec", "SASRec", "BERT4Rec"]
+    assert "bars: ± std over 2 seeds" in outcome.figures[0].caption
+    old = ranking_row(tmp_path / "old", "ml-1m", "sasrec", 0, protocol="full", with_per_user=False)
+    skipped = figures.popularity_figures(load_results(write_results(tmp_path / "old", [old])), tmp_path / "old")
+    assert not skipped.figures and "has NDCG@10 and ARP@10" in skipped.notes[0]
+
+
+def test_the_console_table_leaves_a_gap_for_a_metric_an_older_row_lacks(tmp_path):
+    from recbench.reports.console import main_tables
+
+    new = hand_split_row(tmp_path, "leave-one-out", "sasrec")
+    old = {**hand_split_row(tmp_path, "leave-one-out", "pop"), "metrics": {"HR@10": 0.1, "NDCG@10": 0.05}}
+    text = main_tables([old, new])
+    lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+             for line in text.splitlines() if line.startswith("| ")}
+    assert lines["NDCG@10"] == ["0.0500", "0.2500"] and lines["ARP@10"] == ["–", "400.0000"]

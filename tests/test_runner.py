@@ -42,7 +42,9 @@ def test_rows_follow_the_schema_and_per_user_counts_reproduce_metrics(tmp_path, 
     assert [r["run_id"] for r in stored] == [r["run_id"] for r in rows]
     for row in stored:
         assert REQUIRED_KEYS <= set(row)
-        assert set(row["metrics"]) == {"HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR"}
+        lists = {f"{kind}@{k}" for kind in ("Coverage", "Gini", "ARP", "APLT", "Novelty") for k in (1, 5, 10)}
+        assert set(row["metrics"]) == {"HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR"} | (
+            lists if row["protocol"] == "full" else set())  # the top-k lists exist under full ranking only
         assert row["users_evaluated"] == chain_data.n_users
         assert row["dataset_info"]["sha256"] == chain_data.content_sha256()
         counts = RankCounts.load(tmp_path / "out" / row["per_user_file"])

@@ -1,0 +1,208 @@
+"""Beyond the paper's protocol: do the models keep their order under a global temporal split, and which of them
+recommend the most popular items? (issue 30; ``PROTOCOL.md``, "Beyond accuracy").
+
+From the main grid's full-ranking rows, grouped by their ``split`` (``reports.results.split_of``):
+
+- the models side by side under both splits: HR@10 and NDCG@10, each model's place in each split's ordering, and
+  paired tests between neighbours of one ordering, Holm-corrected over the table;
+- Kendall's τ between the two orderings of each dataset's models;
+- the beyond-accuracy metrics of every model's top 10 under each split.
+
+With rows of one split only, the side-by-side tables are skipped with a note and the beyond-accuracy table
+stands alone. The figure of NDCG@10 against ARP@10 is :func:`reports.figures.popularity_figures`.
+"""
+from __future__ import annotations
+
+import math
+
+from scipy import stats
+
+from recbench.benchmarks.metrics import LIST_CUTOFF, LIST_METRICS
+from recbench.reports import names
+from recbench.reports.render import Cell, Table, fmt
+from recbench.reports.results import ResultSet, Row
+from recbench.reports.stats import PerUser, summarize
+from recbench.reports.tables import (
+    RANKING,
+    group,
+    label,
+    mark_best,
+    mark_significance,
+    significance_note,
+    smoke_label,
+    value_cell,
+)
+
+SIDE_BY_SIDE_METRICS = ("HR@10", "NDCG@10")
+ORDER_METRIC = "NDCG@10"  # what orders the models of a split
+PROTOCOL = "full"  # the lists, and a ranking that every split can give, come from full ranking
+BEYOND_ACCURACY = tuple(f"{kind}@{LIST_CUTOFF}" for kind in LIST_METRICS)
+# What each beyond-accuracy column measures, for the table's notes.
+MEANINGS = {
+    "Coverage": "share of the catalogue in at least one user's list",
+    "Gini": "Gini index of how often each item is listed (0: evenly, near 1: a few items fill every list)",
+    "ARP": "mean training interactions of a listed item",
+    "APLT": "share of a list from the long tail (outside the 20% most interacted-with items)",
+    "Novelty": "mean self-information −log2 (share of training users with the item), in bits",
+}
+
+
+def section_rows(results: ResultSet) -> list[Row]:
+    """The rows this section reads: the main grid's next-item results under full ranking, of every split."""
+    return results.select(study="main", task=RANKING, protocol=PROTOCOL)
+
+
+def _split_note(splits: list[str]) -> str:
+    shown = " and ".join(names.split_name(s) for s in splits)
+    return (f"Protocol {PROTOCOL} (each target ranked among all its candidate items); the test targets of the {shown} "
+            f"split{'s' if len(splits) > 1 else ''}; means over the evaluated users.")
+
+
+def _orderings(cells: dict[str, Cell]) -> list[str]:
+    """The models with a value, best first."""
+    return sorted((m for m in cells if cells[m].value is not None), key=lambda m: -cells[m].value)
+
+
+def _places(cells: dict[str, Cell]) -> dict[str, Cell]:
+    """Each model's place in the ordering of ``cells`` (1: best; equal values share the better place)."""
+    ranked = _orderings(cells)
+    places = {m: 1 + sum(cells[other].value > cells[m].value for other in ranked) for m in ranked}
+    return {m: Cell(text=str(places[m]), value=float(places[m])) if m in places else Cell() for m in cells}
+
+
+def side_by_side_table(results: ResultSet, per_user: PerUser, alpha: float = 0.01) -> Table | None:
+    """The models of each dataset under every split: HR@10 and NDCG@10, each model's place in its split's ordering
+    by NDCG@10, and paired tests between each model and the next one down the same column; None with fewer than
+    two splits."""
+    rows = section_rows(results)
+    splits = names.order_splits({r.split for r in rows})
+    if len(splits) < 2:
+        return None
+    by_key = group(rows, "dataset", "split", "model")
+    header = ["Dataset", "Model"] + [f"{metric} ({names.split_name(split)})" for split in splits
+                                     for metric in (*SIDE_BY_SIDE_METRICS, "place")]
+    table_rows, breaks, tests, summaries, untested = [], set(), [], [], set()
+    for dataset in names.order_datasets({r.dataset for r in rows}):
+        models = names.order_models({r.model for r in rows if r.dataset == dataset})
+        columns = []
+        for split in splits:
+            for metric in SIDE_BY_SIDE_METRICS:
+                seeds = {m: by_key.get((dataset, split, m), []) for m in models}
+                found = {m: summarize(seeds[m], metric) for m in models}
+                summaries += [s for s in found.values() if s is not None]
+                cells = {m: value_cell(found[m]) for m in models}
+                mark_best(list(cells.values()))
+                ranked = _orderings(cells)
+                for upper, lower in zip(ranked, ranked[1:]):  # neighbours in this split's ordering
+                    test = per_user.compare(seeds[upper], seeds[lower], metric)
+                    if test is None:
+                        untested.add(f"{names.dataset_name(dataset)} ({names.split_name(split)})")
+                    else:
+                        tests.append((cells, (upper, lower), test))
+                columns.append(cells)
+                if metric == ORDER_METRIC:
+                    columns.append(_places(cells))
+        breaks.add(len(table_rows))
+        table_rows += [[label(names.dataset_name(dataset)), label(names.model_name(m)), *(c[m] for c in columns)]
+                       for m in models]
+    mark_significance(tests, alpha)
+    smoke_title, smoke_notes = smoke_label(results, rows)
+    notes = [*smoke_notes, _split_note(splits),
+             f"place: the model's place among the dataset's models under that split, by {ORDER_METRIC} (1: best).",
+             "Bold: best; underlined: second best (per dataset and column).",
+             significance_note(alpha, len(tests), "each model and the next one below it in the same column")]
+    counts = sorted({s.n for s in summaries})
+    if counts and counts[-1] > 1:
+        notes.append("Mean ± sample standard deviation (ddof=1) over the seeds; a value without ± is one seed.")
+    if untested:
+        notes.append(f"Not tested (per-user files missing): {', '.join(sorted(untested))}.")
+    return Table("splits_side_by_side", f"The models under each split, protocol {PROTOCOL}{smoke_title}", header,
+                 table_rows, notes=notes, breaks=breaks)
+
+
+def kendall_table(results: ResultSet) -> Table | None:
+    """Kendall's τ (τ-b, scipy) between the orderings of each dataset's models under the first two splits, by
+    HR@10 and by NDCG@10, over the models with a result under both; None with fewer than two splits."""
+    rows = section_rows(results)
+    splits = names.order_splits({r.split for r in rows})
+    if len(splits) < 2:
+        return None
+    first, second = splits[:2]
+    by_key = group(rows, "dataset", "split", "model")
+    table_rows = []
+    for dataset in names.order_datasets({r.dataset for r in rows}):
+        models = names.order_models({r.model for r in rows if r.dataset == dataset})
+        for metric in SIDE_BY_SIDE_METRICS:
+            means = {split: {m: s.mean for m in models if (s := summarize(by_key.get((dataset, split, m), []),
+                                                                          metric)) is not None}
+                     for split in (first, second)}
+            shared = [m for m in models if m in means[first] and m in means[second]]
+            tau = pvalue = math.nan
+            if len(shared) >= 2:
+                tau, pvalue = stats.kendalltau([means[first][m] for m in shared], [means[second][m] for m in shared])
+            table_rows.append([label(names.dataset_name(dataset)), label(metric),
+                               Cell(text=str(len(shared)), value=float(len(shared))),
+                               Cell() if math.isnan(tau) else Cell(text=f"{tau:+.3f}", value=float(tau)),
+                               Cell() if math.isnan(pvalue) else Cell(text=fmt(pvalue, 3), value=float(pvalue))])
+    smoke_title, smoke_notes = smoke_label(results, rows)
+    return Table("splits_kendall", f"Agreement of the {names.split_name(first)} and {names.split_name(second)} "
+                 f"orderings, protocol {PROTOCOL}{smoke_title}", ["Dataset", "Metric", "Models", "Kendall's τ", "p"],
+                 table_rows, notes=[*smoke_notes, _split_note([first, second]),
+                                    "Kendall's τ-b between the two orderings of the models with a result under both "
+                                    "splits (means over seeds): +1 the same order, −1 reversed; p: scipy's two-sided "
+                                    "test of τ = 0 (exact for few models without ties). –: fewer than two models."])
+
+
+def beyond_accuracy_table(results: ResultSet) -> Table | None:
+    """NDCG@10 and the beyond-accuracy metrics of the top 10 per (dataset, split, model); None without rows."""
+    rows = section_rows(results)
+    if not rows:
+        return None
+    by_key = group(rows, "dataset", "split", "model")
+    metrics = (ORDER_METRIC, *BEYOND_ACCURACY)
+    splits = names.order_splits({r.split for r in rows})
+    table_rows, breaks, summaries, missing = [], set(), [], set()
+    for dataset in names.order_datasets({r.dataset for r in rows}):
+        for split in splits:
+            models = names.order_models({m for d, s, m in by_key if (d, s) == (dataset, split)})
+            if models:
+                breaks.add(len(table_rows))
+            for model in models:
+                found = [summarize(by_key[(dataset, split, model)], metric) for metric in metrics]
+                summaries += [s for s in found if s is not None]
+                if any(s is None for s in found[1:]):
+                    missing.add(f"{names.model_name(model)} on {names.dataset_name(dataset)} "
+                                f"({names.split_name(split)})")
+                table_rows.append([label(names.dataset_name(dataset)), label(names.split_name(split)),
+                                   label(names.model_name(model)),
+                                   *(value_cell(s, digits=1 if metric.startswith("ARP") else 4)
+                                     for metric, s in zip(metrics, found))])
+    smoke_title, smoke_notes = smoke_label(results, rows)
+    notes = [*smoke_notes, _split_note(splits),
+             f"Each user's top {LIST_CUTOFF} among the same candidates as its target, ties across the list's end "
+             f"shared (PROTOCOL.md, \"Beyond accuracy\"); popularity from the training interactions only."]
+    notes += [f"{kind}@{LIST_CUTOFF}: {MEANINGS[kind]}." for kind in LIST_METRICS]
+    counts = sorted({s.n for s in summaries})
+    if counts and counts[-1] > 1:
+        notes.append("Mean ± sample standard deviation (ddof=1) over the seeds; a value without ± is one seed.")
+    if missing:
+        notes.append(f"No beyond-accuracy metrics in the rows of {', '.join(sorted(missing))}: they were written "
+                     f"before the metrics existed; run those jobs again to fill the gaps.")
+    return Table("beyond_accuracy", f"What the top {LIST_CUTOFF} lists show, protocol {PROTOCOL}{smoke_title}",
+                 ["Dataset", "Split", "Model", *metrics], table_rows, notes=notes, breaks=breaks)
+
+
+def split_tables(results: ResultSet, per_user: PerUser, alpha: float = 0.01) -> tuple[list[Table], list[str]]:
+    """The section's tables and its notes (which splits have no rows, what was skipped)."""
+    rows = section_rows(results)
+    if not rows:
+        return [], [f"No main-grid row under protocol {PROTOCOL}: nothing to set side by side."]
+    present = names.order_splits({r.split for r in rows})
+    notes = []
+    absent = [s for s in names.SPLITS if s not in present]
+    if absent:
+        notes.append(f"The {' and '.join(map(names.split_name, absent))} split has no rows here, so the models are not "
+                     f"set side by side and no Kendall's τ is given (a run with `--split "
+                     f"{absent[0]}` adds them).")
+    built = [side_by_side_table(results, per_user, alpha), kendall_table(results), beyond_accuracy_table(results)]
+    return [table for table in built if table is not None], notes
