@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from recbench.datasets.errors import unknown
 from recbench.datasets.preprocess import Preprocessing
+from recbench.datasets.readers import TIMED_FORMATS
 
 GITHUB_BERT4REC = "https://raw.githubusercontent.com/FeiSun/BERT4Rec/master/data"
 GROUPLENS = "https://files.grouplens.org/datasets/movielens"
@@ -60,6 +61,11 @@ class Source:
     preprocessing: Preprocessing
     members: tuple[str, ...] = ()  # glob patterns of the data member inside a .zip
     sha256: str | None = None  # of the file at the download URL, where published or independently confirmed
+
+    @property
+    def timed(self) -> bool:
+        """Whether the source's file keeps each interaction's time (the authors' files keep only the order)."""
+        return self.fmt in TIMED_FORMATS
 
 
 @dataclass(frozen=True)
