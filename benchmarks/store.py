@@ -39,6 +39,12 @@ TUNING_STUDY = "tuning"  # the study label of a search's jobs; their variants: a
 TRIAL, TUNED, DEFAULT = "trial", "tuned", "default"  # chosen settings and of the model's own
 
 
+def split_scheme(row: dict) -> str:
+    """A result row's split scheme, ``leave-one-out`` or ``temporal`` (field ``split_scheme``); rows written before
+    the field existed were all split by leave-one-out. (``split`` is another field: the part evaluated, ``test``.)"""
+    return row.get("split_scheme") or "leave-one-out"
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 

@@ -2,8 +2,8 @@
 
 A malformed line is an error that names the file and the line; rows of a study or task this package does not
 know are set aside with a note (a newer runner may write them), never an error. When a run is repeated or
-resumed, a later line for the same (study, variant, sweep point, dataset, model, task, protocol, seed) replaces
-the earlier one, so the tables show the latest result. When the earlier line came from other settings (another
+resumed, a later line for the same (study, variant, sweep point, dataset, model, task, protocol, seed, split scheme)
+replaces the earlier one, so the tables show the latest result. When the earlier line came from other settings (another
 job key), :attr:`ResultSet.changes` says which settings differ, so a report never mixes configurations silently.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recbench.benchmarks.store import TUNING_STUDY
+from recbench.benchmarks.store import TUNING_STUDY, split_scheme
 
 SCHEMA_VERSION = 1
 STUDIES = ("main", "ablation", "sensitivity", "cloze", TUNING_STUDY)  # tuning: the final runs of benchmarks.tune
@@ -49,9 +49,10 @@ class Row:
 
     @property
     def key(self) -> tuple:
-        """What identifies one result; a later row with the same key supersedes an earlier one."""
+        """What identifies one result; a later row with the same key supersedes an earlier one (a row of the
+        temporal split never supersedes one of leave-one-out)."""
         return (self.study, self.variant, self.sweep_param, self.sweep_value, self.dataset, self.model,
-                self.task, self.protocol, self.seed)
+                self.task, self.protocol, self.seed, split_scheme(self.raw))
 
     def get(self, name: str, default=None):
         value = self.raw.get(name)

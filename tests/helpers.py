@@ -1,7 +1,7 @@
 """Helpers that several test modules use: where the staged real data lives, small synthetic datasets and attention
-models, a left-padded history builder, a scorer with fixed scores, models of a user's own in a package, a wait on a
-running command and a Dask cluster on this machine. Test modules import them from here, never from one another;
-the shared fixtures are in ``conftest.py``."""
+models, a left-padded history builder, scorers with fixed scores (any, and a product of factors), models of a
+user's own in a package, a wait on a running command and a Dask cluster on this machine. Test modules import them
+from here, never from one another; the shared fixtures are in ``conftest.py``."""
 import os
 import socket
 import subprocess
@@ -17,7 +17,7 @@ import torch
 
 from recbench.datasets.sequences import SequenceData
 from recbench.models import model_class
-from recbench.models.base import Recommender, gather_candidates
+from recbench.models.base import Recommender, ScoreFactors, gather_candidates
 
 ROOT = Path(__file__).resolve().parents[1]
 # The staged real data beside the checkout, or the folder $RECBENCH_DATA_DIR names (a worktree elsewhere).
@@ -93,6 +93,22 @@ class FixedScorer(Recommender):
     def score(self, users, histories, candidates):
         self.seen_histories.append(histories.clone())
         return gather_candidates(self.table[users], candidates)
+
+
+class ProductScorer(FixedScorer):
+    """score(u, i) = q_u · e_i + b_i from fixed factors, offered to the evaluator through ``score_factors``."""
+
+    def __init__(self, queries: np.ndarray, items: np.ndarray, bias: np.ndarray | None = None):
+        super().__init__(np.zeros((len(queries), len(items))))
+        self.queries = torch.as_tensor(queries, dtype=torch.float32)
+        self.items = torch.as_tensor(items, dtype=torch.float32)
+        self.bias = None if bias is None else torch.as_tensor(bias, dtype=torch.float32)
+
+    def score_factors(self, users, histories):
+        return ScoreFactors(self.queries[users], self.items, self.bias)
+
+    def score(self, users, histories, candidates):
+        return gather_candidates(self.score_factors(users, histories).full(), candidates)
 
 
 # Models of a user's own, written by tests into a package outside the checkout. The sound one is padding-proof

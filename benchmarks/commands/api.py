@@ -24,7 +24,9 @@ and the other way round. It works from any directory once the suite is installed
 - ``settings``: ``--set`` strings (``"hidden=128"``, ``"MyRec:lr=1e-3"``).
 - ``**options``: fields of :class:`~benchmarks.options.RunOptions` (``profile``, ``protocols``, ``device``,
   ``data_dir``, ``cache_dir``, ``config_files``, ``resume``, ``n_jobs``, ``threads``, ``dask_scheduler``,
-  ``keep_checkpoints``, ``compile``, ``progress``).
+  ``keep_checkpoints``, ``compile``, ``progress``, ``split``). ``split="temporal"`` runs the global temporal split
+  at the default cuts; ``split=SplitSpec("temporal", quantiles=(0.7, 0.85))`` or ``cut_times=(t1, t2)`` at others
+  (``datasets.splits``); its rows, like the command line's, name it in ``split_scheme``.
 
 It returns one row per line of ``results.jsonl`` that belongs to the grid (rows kept by ``resume`` included), in
 the order of the jobs: every field of the line as a column (results/README.md), and each metric as a column of its
@@ -48,9 +50,11 @@ from recbench.benchmarks.store import ResultStore
 from recbench.datasets import InteractionLog, LogFormat, log_entries
 from recbench.datasets.errors import unknown
 from recbench.datasets.logs import check_log_name
+from recbench.datasets.splits import LEAVE_ONE_OUT, SplitSpec
 from recbench.models import model_name_of
 
-__all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat"]
+__all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat",
+           "SplitSpec"]
 
 
 class JobsFailed(RuntimeError):
@@ -73,8 +77,10 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
     model_names = [model if isinstance(model, str) else model_name_of(model) for model in _listed(models)]
     profile = options.get("profile", "smoke")
     options.setdefault("protocols", (PAIRS,) if task == RELEVANCE else ("full", "pop100"))
+    split = options.get("split", LEAVE_ONE_OUT)
+    scheme = split if isinstance(split, str) else split.scheme
     output = Path(output or Path("results") / f"{'-'.join(names)}{'-relevance' if task == RELEVANCE else ''}"
-                                              f"-{profile}")
+                                              f"-{profile}{'' if scheme == LEAVE_ONE_OUT else '-' + scheme}")
     command = ["recbench.benchmarks.api.run", f"datasets={names}", f"models={model_names}", f"seeds={list(seeds)}",
                f"task={task}", *(f"--set {text}" for text in settings)]
     run_options = RunOptions(output=output, logs=logs, command=command, **options)
