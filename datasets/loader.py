@@ -87,8 +87,8 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     sources = [s for s in spec.sources if source in ("auto", s.kind) and (s.timed or not timed)]
     if not sources:
         files = ", ".join(f"{s.files[0]} ({s.description})" for s in spec.sources if source in ("auto", s.kind))
-        raise ValueError(without_times(name, f"has no file with interaction times ({files} keep only each user's "
-                                             f"order)"))
+        raise ValueError(without_times(name, f"has no file with interaction times (only each user's order, in "
+                                             f"{files})"))
     root = resolve_data_dir(data_dir)
     located = next(filter(None, (_find(spec, s, root, cache) for s in sources)), None)
     if located is None:
