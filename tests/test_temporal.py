@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.jobs import GridError, Job
