@@ -1,4 +1,4 @@
-"""The shared leave-one-out evaluator: every model is scored here and nowhere else (``PROTOCOL.md``).
+"""The shared evaluator: every model is scored here and nowhere else (``PROTOCOL.md``).
 
 This file is the protocol: which candidates each user's target is ranked among (``full``: every item but the
 user's history, padding and, under the temporal split, the items first seen at or after the part's cut;

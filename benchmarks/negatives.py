@@ -116,15 +116,12 @@ def load_or_sample(split: LeaveOneOutSplit | TemporalSplit, part: str, protocol:
             if cached.shape == (data.n_users, n):
                 return cached
     rng = np.random.default_rng([seed, _PROTOCOL_CODES[protocol], _SPLIT_CODES[part]])
-    desc = f"{data.name}: sampling {protocol} {part} negatives"
-    if split.scheme == LeaveOneOutSplit.scheme:
-        negatives = sample_negatives(data, weights, n, rng, progress=progress, desc=desc)
-    else:
-        users = split.view(part).users
-        whole = Histories(data.items, data.offsets, np.arange(data.n_users)).subset(users)  # their whole sequences
-        negatives = np.zeros((data.n_users, n), dtype=np.int64)
-        negatives[users] = sample_negatives(SequenceData(data.name, whole.items, whole.offsets, data.n_items),
-                                            weights, n, rng, progress=progress, desc=desc)
+    users = split.view(part).users  # under leave-one-out every user, in order: the draws of the whole dataset
+    whole = Histories(data.items, data.offsets, np.arange(data.n_users)).subset(users)  # their whole sequences
+    negatives = np.zeros((data.n_users, n), dtype=np.int64)
+    negatives[users] = sample_negatives(SequenceData(data.name, whole.items, whole.offsets, data.n_items), weights,
+                                        n, rng, progress=progress, desc=f"{data.name}: sampling {protocol} {part} "
+                                                                          f"negatives")
     if path is not None:
         buffer = io.BytesIO()
         np.save(buffer, negatives)

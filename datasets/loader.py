@@ -19,6 +19,7 @@ import sys
 import time
 import zipfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -92,27 +93,22 @@ def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str |
     root = resolve_data_dir(data_dir)
     located = next(filter(None, (_find(spec, s, root, cache) for s in sources)), None)
     if located is None:
-        try:
-            located = _download(spec, sources, root, cache, download, progress)
-        except MissingDataError as error:
-            untimed = timed and next(filter(None, (_find(spec, s, root, cache) for s in spec.sources)), None)
-            if not untimed:
-                raise
-            raise MissingDataError(_untimed_message(spec, untimed, sources, root, error)) from None
+        untimed = timed and next(filter(None, (_find(spec, s, root, cache) for s in spec.sources)), None)
+        explain = partial(_untimed_message, untimed) if untimed else _missing_message
+        located = _download(spec, sources, root, cache, download, progress, explain)
     return _prepare_cached(spec, located, cache, progress)
 
 
-def _untimed_message(spec: DatasetSpec, untimed: Located, sources: list[Source], root: Path | None,
-                     error: MissingDataError) -> str:
-    """One line: the file on disk keeps no times; which file with times to put where (and why none was fetched)."""
+def _untimed_message(untimed: Located, spec: DatasetSpec, sources: list[Source], root: Path | None, allowed: bool,
+                     failures: list[str]) -> str:
+    """One line: the file on disk (``untimed``) keeps no times; which file with times to put where (and why none
+    was downloaded)."""
     wanted = " or ".join(f"{' or '.join(s.files)} ({s.description}, source {s.kind!r}"
                          + (f", from {spec.url(s)})" if spec.url(s) else ")") for s in sources)
-    failed = [line.removeprefix("Download error: ") for line in str(error).splitlines()
-              if line.startswith("Download error: ")]
     return (f"dataset {spec.name!r}: the temporal split needs interaction times, and the file found, "
             f"{untimed.path.name} ({untimed.source.description}), keeps only each user's order; put {wanted} into "
             f"{root if root is not None else 'the data directory (--data-dir)'}"
-            + (f" (downloading it failed: {'; '.join(failed)})" if failed else ""))
+            + (f" (downloading it failed: {'; '.join(failures)})" if failures else ""))
 
 
 def dataset_on_disk(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
@@ -158,8 +154,10 @@ def _find(spec: DatasetSpec, source: Source, root: Path | None, cache: Path) -> 
 
 
 def _download(spec: DatasetSpec, sources: list[Source], root: Path | None, cache: Path, allowed: bool,
-              progress: bool) -> Located:
-    """Download the first source that can be fetched, or raise :class:`MissingDataError` saying what to do."""
+              progress: bool, explain) -> Located:
+    """Download the first source that can be fetched, or raise :class:`MissingDataError` saying what to do:
+    ``explain(spec, sources, root, allowed, failures)`` (:func:`_missing_message`, or one line for a file on disk
+    without the times asked for)."""
     failures = []
     for source in sources:
         url, dest = spec.url(source), _download_path(spec, source, cache)
@@ -177,7 +175,7 @@ def _download(spec: DatasetSpec, sources: list[Source], root: Path | None, cache
             raise MissingDataError(f"{path} was downloaded from {url} but holds no member matching "
                                    f"{list(source.members)}; the upstream file may have changed")
         return located
-    raise MissingDataError(_missing_message(spec, sources, root, allowed, failures))
+    raise MissingDataError(explain(spec, sources, root, allowed, failures))
 
 
 def _missing_message(spec: DatasetSpec, sources: list[Source], root: Path | None, allowed: bool,

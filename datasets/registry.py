@@ -85,6 +85,7 @@ class DatasetSpec:
                                         else f" (or {name}.gz)") for name in source.files)
             url = self.url(source)
             lines.append(f"[{source.kind}] {names}: {source.description}"
+                         + ("; with interaction times (--split temporal)" if source.timed else "")
                          + (f"; from {url}" if url else "; not downloadable"))
         return lines
 
