@@ -47,11 +47,12 @@ def candidate_weights(split: LeaveOneOutSplit | TemporalSplit, part: str, protoc
 
 
 def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.random.Generator,
-                     chunk_users: int = 2048, progress: bool = True, desc: str = "negatives") -> np.ndarray:
+                     chunk_users: int = 2048, progress: bool = True, desc: str = "negatives",
+                     rows: np.ndarray | None = None) -> np.ndarray:
     """``(n_users, n)`` item ids, per user drawn ∝ ``weights`` without replacement, avoiding the user's items.
 
     A progress bar (unless ``progress`` is False) counts the users done once sampling has run for
-    a few seconds."""
+    a few seconds. ``rows``: each user's row in the dataset ``data`` was taken from, for messages."""
     n_users, n_slots = data.n_users, data.n_items + 1
     positive = weights > 0
     user_of = data.user_index()
@@ -59,8 +60,9 @@ def sample_negatives(data: SequenceData, weights: np.ndarray, n: int, rng: np.ra
     allowed = int(positive.sum()) - seen_positive
     if n_users and allowed.min() < n:
         user = int(np.argmin(allowed))
-        raise ValueError(f"dataset {data.name!r}: user row {user} leaves only {allowed[user]} items to draw "
-                         f"{n} negatives from; use a dataset with more items or fewer negatives")
+        raise ValueError(f"dataset {data.name!r}: user row {user if rows is None else rows[user]} leaves only "
+                         f"{allowed[user]} items to draw {n} negatives from; use a dataset with more items or fewer "
+                         f"negatives")
     cdf = np.cumsum(weights / weights.sum())
     cdf[-1] = 1.0
     out = np.zeros((n_users, n), dtype=np.int64)
@@ -121,7 +123,7 @@ def load_or_sample(split: LeaveOneOutSplit | TemporalSplit, part: str, protocol:
     negatives = np.zeros((data.n_users, n), dtype=np.int64)
     negatives[users] = sample_negatives(SequenceData(data.name, whole.items, whole.offsets, data.n_items), weights,
                                         n, rng, progress=progress, desc=f"{data.name}: sampling {protocol} {part} "
-                                                                          f"negatives")
+                                                                          f"negatives", rows=users)
     if path is not None:
         buffer = io.BytesIO()
         np.save(buffer, negatives)

@@ -189,6 +189,68 @@ def test_ml_100k_keeps_its_leave_one_out_hash_when_its_times_are_kept(tmp_path):
     assert timed.content_sha256() == load_dataset("ml-100k", SHARED_DATA, tmp_path, progress=False).content_sha256()
 
 
+# ------------------------------------------------------------------------------------------------ sources with times
+def staggered_log(n_users=30, per_user=10, n_items=40, seed=0) -> list[tuple[int, int, int]]:
+    """(user, item, day) rows: users start on staggered days and act every day or two, so that users span the
+    cuts; each user's items are distinct."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for user in range(1, n_users + 1):
+        days = 3 * user + np.cumsum(rng.integers(1, 3, size=per_user))
+        rows += [(user, int(item), int(day)) for item, day in zip(rng.choice(np.arange(1, n_items + 1), per_user,
+                                                                              replace=False), days)]
+    return rows
+
+
+DAY = 86_400
+
+
+def day(d: int) -> str:
+    """Day ``d`` (0..335) of 2015 as an ISO date, months taken as 28 days long."""
+    return f"2015-{1 + d // 28:02d}-{1 + d % 28:02d}"
+
+
+def write_source(folder, dataset: str, rows) -> None:
+    """``rows`` in the upstream layout of ``dataset``'s raw file, where the registry looks for it."""
+    lines = {
+        "ml-1m": ("ml-1m/ratings.dat", [f"{u}::{i}::4::{d * DAY}" for u, i, d in rows]),
+        "ml-20m": ("ml-20m/ratings.csv", ["userId,movieId,rating,timestamp"]
+                   + [f"{u},{i},4.0,{d * DAY}" for u, i, d in rows]),
+        "beauty": ("ratings_Beauty.csv", [f"A{u:05d},B{i:05d},5.0,{d * DAY}" for u, i, d in rows]),
+        "steam": ("steam_reviews.json", [repr({"username": f"u{u}", "product_id": str(i), "date": day(d)})
+                                         for u, i, d in rows]),
+    }
+    name, text = lines[dataset]
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("\n".join(text) + "\n")
+
+
+@pytest.mark.parametrize("dataset", ["ml-1m", "ml-20m", "beauty", "steam"])
+def test_the_raw_pipelines_keep_their_times_and_split_by_time(dataset, tmp_path):
+    write_source(tmp_path, dataset, staggered_log())
+    (tmp_path / "ml-1m_seq_full.txt").write_text("".join(f"{u} {i}\n" for u, i, _ in staggered_log()))
+    data = load_dataset(dataset, tmp_path, tmp_path / "cache", download=False, progress=False, timed=True)
+    assert data.provenance["source"] == "raw" and data.times is not None
+    split = SplitSpec("temporal").build(data)
+    assert split.problems() == [] and len(split.test()) > 0
+    if dataset == "ml-1m":  # leave-one-out keeps its preference for the file without times
+        untimed = load_dataset(dataset, tmp_path, tmp_path / "cache", download=False, progress=False)
+        assert untimed.provenance["source"] == "sequences" and untimed.times is None
+
+
+def test_a_log_with_a_time_column_runs_on_the_temporal_split(tmp_path):
+    from recbench.benchmarks.grid import run_jobs
+    from recbench.datasets import InteractionLog, LogFormat
+
+    log = tmp_path / "clicks.csv"  # ISO dates: the times are nanoseconds
+    log.write_text("uid,iid,when\n" + "".join(f"{u},{i},{day(d)}T08:00:00Z\n" for u, i, d in staggered_log()))
+    options = RunOptions(output=tmp_path / "out", cache_dir=tmp_path, split="temporal", device="cpu", progress=False,
+                         protocols=("full",),
+                         logs={"clicks": InteractionLog(log, LogFormat(user="uid", item="iid", time="when"))})
+    (row, *_), = [run_jobs([Job("clicks", "pop", 0)], options, log=lambda *_: None).rows]
+    assert row["split_scheme"] == "temporal" and row["users_evaluated"] > 0
+
+
 # ------------------------------------------------------------------------------------------------ refusals
 def refusal(tmp_path, dataset: str, **options) -> str:
     with pytest.raises(GridError) as error:
