@@ -5,6 +5,7 @@
     python run_all.py --datasets ml-1m beauty --models pop bprmf --data-dir DIR
     python run_all.py --datasets ml-1m --profile paper --seeds 0 1 2 --jobs 3 --resume
     python run_all.py --task relevance --datasets ml-1m --models pop lstm-rel bert4rec-rel --data-dir DIR
+    python run_all.py --datasets ml-100k ml-latest-small --split temporal --data-dir DIR    # a global temporal split
     python run_all.py --datasets clicks.csv --columns user=uid item=iid time=ts --models pop mypkg.mymodel:MyRec
 
 Results go to ``results/<name>/`` (see results/README.md for the schema).
@@ -15,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
+from recbench.benchmarks.commands.cli import add_run_options, guard, output_suffix, run_grid, run_options
 from recbench.benchmarks.config import PROFILES
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import TASKS, Job
@@ -81,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         check("protocol", args.protocols, PROTOCOLS)
     if args.output is None:
         task = "-relevance" if relevance else ""
-        args.output = str(Path("results") / f"{'-'.join(args.datasets)}{task}-{args.profile}")
+        args.output = str(Path("results") / f"{'-'.join(args.datasets)}{task}-{args.profile}{output_suffix(args)}")
     return args
 
 
@@ -127,7 +128,8 @@ def main(argv=None) -> int:
                 for dataset in args.datasets for model in args.models for seed in args.seeds]
         output = Path(args.output)
         print(f"{len(jobs)} job(s): task {args.task}, datasets {args.datasets}, models {args.models}, "
-              f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols} -> {output}/")
+              f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols}, split {args.split} "
+              f"-> {output}/")
         options = run_options(args, protocols=args.protocols, profile=args.profile, output=output, logs=args.logs)
         return run_grid(args, jobs, options, table=table)
 

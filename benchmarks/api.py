@@ -6,8 +6,10 @@ from recbench.benchmarks.commands.api import (
     JobsFailed,
     LogFormat,
     ModelCheckError,
+    SplitSpec,
     check_model,
     run,
 )
 
-__all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat"]
+__all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat",
+           "SplitSpec"]

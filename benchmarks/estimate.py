@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from recbench.benchmarks.trainer import resolve_device
-from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 
@@ -128,7 +127,7 @@ def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int) 
 def _measure(job, data, device: torch.device) -> tuple[float, int]:
     """(seconds per step, training examples) of one planned job's model on its data."""
     model = model_class(job.job.model)(data.n_users, data.n_items, job.config.model).to(device)
-    examples = {key: value.to(device) for key, value in model.training_examples(LeaveOneOutSplit(data).train()).items()}
+    examples = {key: value.to(device) for key, value in model.training_examples(job.data_split(data).train()).items()}
     return seconds_per_step(model, examples, job.config.train.batch_size), len(next(iter(examples.values())))
 
 

@@ -1,7 +1,8 @@
-"""The shared leave-one-out evaluator: every model is scored here and nowhere else (``PROTOCOL.md``).
+"""The shared evaluator: every model is scored here and nowhere else (``PROTOCOL.md``).
 
 This file is the protocol: which candidates each user's target is ranked among (``full``: every item but the
-user's history and padding; ``pop100``/``uni100``: the stored sampled negatives, in a seeded random column
+user's history, padding and, under the temporal split, the items first seen at or after the part's cut;
+``pop100``/``uni100``: the stored sampled negatives, in a seeded random column
 order), how the ranks are counted (``greater``: candidates scored strictly above the target; ``ties``: others
 scored exactly like it, :mod:`benchmarks.metrics` turns them into HR, NDCG and MRR), which candidates make each
 user's top-k list under full ranking (for the beyond-accuracy metrics, when asked for) and what is refused (NaN or
@@ -48,6 +49,7 @@ from recbench.benchmarks.negatives import SAMPLED_PROTOCOLS, load_or_sample
 from recbench.datasets.errors import unknown
 from recbench.datasets.progress import progress_bar
 from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.datasets.splits import TemporalSplit
 from recbench.models.base import Recommender, ScoreFactors, wrong_return
 
 PROTOCOLS = ("full", *SAMPLED_PROTOCOLS)
@@ -149,8 +151,18 @@ class Evaluation:
     seconds: float
 
 
+@dataclass(frozen=True)
+class FullPass:
+    """What a full-ranking pass takes beyond the scores: ``excluded``, the items no user of the view may get (the
+    temporal split's items first seen at or after its cut; None under leave-one-out), and ``lists``, the top lists
+    to fill (None without beyond-accuracy metrics)."""
+
+    excluded: torch.Tensor | None = None
+    lists: TopLists | None = None
+
+
 class Evaluator:
-    """Scores any :class:`Recommender` on the validation or test view of one leave-one-out split.
+    """Scores any :class:`Recommender` on the validation or test view of one split (leave-one-out or temporal).
 
     ``batch_size``: users per ``score`` call, or None to size each chunk to the device's memory
     (:func:`benchmarks.evaluator_fast.chunk_users`); the counts do not depend on it. ``progress``: a bar of users
@@ -158,7 +170,7 @@ class Evaluator:
     ``tiled``: rank a product-score model on the CPU tile by tile (False: through its full score matrix, as any
     other model; the counts are the same)."""
 
-    def __init__(self, split: LeaveOneOutSplit, seed: int, cache_dir: Path | None = None,
+    def __init__(self, split: LeaveOneOutSplit | TemporalSplit, seed: int, cache_dir: Path | None = None,
                  batch_size: int | None = None, metrics=DEFAULT_METRICS, tie_policy: str = "expected",
                  progress: bool = False, tiled: bool = True):
         check_tie_policy(tie_policy)
@@ -178,6 +190,7 @@ class Evaluator:
         self._views = {}
         self._negatives = {}
         self._popularity = None
+        self._excluded = {}
 
     def view(self, split: str):
         if split not in self._views:
@@ -193,8 +206,16 @@ class Evaluator:
     def negatives(self, split: str, protocol: str) -> np.ndarray:
         key = (split, protocol)
         if key not in self._negatives:
-            self._negatives[key] = load_or_sample(self.split.data, split, protocol, self.seed, self.cache_dir)
+            self._negatives[key] = load_or_sample(self.split, split, protocol, self.seed, self.cache_dir)
         return self._negatives[key]
+
+    def excluded(self, split: str) -> torch.Tensor | None:
+        """The items that are no candidates of ``split`` for any user (the temporal split's items first seen at or
+        after the cut; never a history item or a target), or None when every item is one (leave-one-out)."""
+        if split not in self._excluded:
+            items = self.split.new_items(split)
+            self._excluded[split] = torch.from_numpy(items) if len(items) else None
+        return self._excluded[split]
 
     def evaluate(self, model: Recommender, split: str, protocol: str, model_name: str | None = None,
                  users: np.ndarray | None = None, progress: bool | None = None, metrics=None) -> Evaluation:
@@ -210,7 +231,8 @@ class Evaluator:
                              f"ranking; protocol {protocol!r} ranks sampled candidates only (ask for them under "
                              f"'full')")
         started = time.perf_counter()
-        lists = TopLists([parse_list_metric(name)[1] for name in on_lists], self.popularity()) if on_lists else None
+        lists = (TopLists([parse_list_metric(name)[1] for name in on_lists], self.popularity(), self.excluded(split))
+                 if on_lists else None)
         counts = self.rank_counts(model, split, protocol, model_name or type(model).__name__, users, progress,
                                   lists)
         per_user = per_user_metrics(counts.greater, counts.ties, [n for n in names if n not in on_lists],
@@ -234,15 +256,16 @@ class Evaluator:
         scored = rows[order]
         label = f"{model_name} {split} {protocol}"
         bar = progress_bar(len(rows), label, self.progress if progress is None else progress, unit="user")
+        full = FullPass(self.excluded(split), lists) if negatives is None else None
         with evaluation_mode(model), bar:
             tiled = self.tiled and negatives is None and model.device.type == "cpu"
-            greater, ties = ((tiled and self._tiled_counts(model, view, scored, batch_size, bar, label, lists))
-                             or self._chunk_counts(model, model_name, view, scored, negatives, batch_size, bar, lists))
+            greater, ties = ((tiled and self._tiled_counts(model, view, scored, batch_size, bar, label, full))
+                             or self._chunk_counts(model, model_name, view, scored, negatives, batch_size, bar, full))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))
         return RankCounts(view.users[rows], greater[in_order], ties[in_order])
 
-    def _chunk_counts(self, model, model_name, view, scored, negatives, batch_size: int, bar, lists=None):
+    def _chunk_counts(self, model, model_name, view, scored, negatives, batch_size: int, bar, full: FullPass | None):
         """(greater, ties) of the rows ``scored`` of ``view`` (in scoring order: the sampled protocols score them
         in the caller's order), one ``score`` call per chunk."""
         greater = np.zeros(len(scored), dtype=np.int64)
@@ -250,7 +273,7 @@ class Evaluator:
         for start, chunk, users_t, histories in history_batches(model, view, scored, batch_size):
             targets = torch.from_numpy(view.targets[chunk]).to(histories.device)
             if negatives is None:
-                g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets, lists)
+                g, t = self._full_counts(model, model_name, view, chunk, users_t, histories, targets, full)
             else:
                 order = self._candidate_order(scored, start, start + len(chunk), negatives.shape[1] + 1)
                 chosen = torch.from_numpy(negatives[view.users[chunk]]).to(targets.device)
@@ -272,7 +295,7 @@ class Evaluator:
             raise ScoreError(f"model {model_name!r} on dataset {self.split.data.name!r}: scores contain NaN or "
                              f"+inf; the model diverged or has a bug (check its learning rate and inputs)")
 
-    def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets, lists=None):
+    def _full_counts(self, model, model_name, view, chunk, users_t, histories, targets, full: FullPass):
         n_slots = self.split.n_items + 1
         scores = model.score(users_t, histories, None)
         self._check_shape(scores, (len(chunk), n_slots), model_name)
@@ -288,15 +311,23 @@ class Evaluator:
         keys = np.concatenate([padding, history_rows[kept] * n_slots + history_items[kept]])
         keys = torch.unique(torch.from_numpy(keys).to(scores.device))  # a repeated history item counts once
         rows, items = keys // n_slots, keys % n_slots
-        excluded, reference = scores[rows, items].float(), target_scores[rows, 0]
+        excluded_scores, reference = scores[rows, items].float(), target_scores[rows, 0]
         above, equal = above.to(scores.device), equal.to(scores.device)
-        greater = above - torch.bincount(rows[excluded > reference], minlength=len(chunk))
-        ties = equal - 1 - torch.bincount(rows[excluded == reference], minlength=len(chunk))
-        if lists is not None:  # the lists are drawn from the same candidates as the target's rank
-            lists.add(*list_entries(scores, rows, items, lists.depth))
+        greater = above - torch.bincount(rows[excluded_scores > reference], minlength=len(chunk))
+        ties = equal - 1 - torch.bincount(rows[excluded_scores == reference], minlength=len(chunk))
+        if full.excluded is not None:  # items no user may get here; disjoint from every history and target
+            excluded = full.excluded.to(scores.device)
+            columns = scores[:, excluded].float()
+            greater = greater - (columns > target_scores).sum(1)
+            ties = ties - (columns == target_scores).sum(1)
+            keys = torch.unique(torch.cat([keys, (torch.arange(len(chunk), device=scores.device)[:, None] * n_slots
+                                                  + excluded[None, :]).reshape(-1)]))
+            rows, items = keys // n_slots, keys % n_slots
+        if full.lists is not None:  # the lists are drawn from the same candidates as the target's rank
+            full.lists.add(*list_entries(scores, rows, items, full.lists.depth))
         return greater, ties
 
-    def _tiled_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str, lists=None):
+    def _tiled_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str, full: FullPass):
         """Full-ranking (greater, ties) of a product-score model through
         :class:`benchmarks.evaluator_fast.TiledRanking`, or None when the model's scores are not a product
         (``score_factors`` returns None) or the tiled counts would not be exact (the caller then ranks the
@@ -317,7 +348,7 @@ class Evaluator:
             return None
         bar.reset()
         bar.set_description_str(f"{label} (ranking)")
-        return ranking.counts(view, rows, bar, lists)
+        return ranking.counts(view, rows, bar, full.lists, full.excluded)
 
     def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:
         """Column order of the candidates of ``rows[start:stop]``: one random permutation per user, drawn in

@@ -86,8 +86,8 @@ class TiledRanking:
     cache (the parts run on ``torch.get_num_threads()`` threads, one thread each). A tile is counted with
     d = sign(s − s_target): for finite float32 scores the difference is 0 exactly when they are equal and has the
     sign of their order otherwise (IEEE subtraction keeps subnormals), so Σ d and Σ |d| give the counts above and
-    equal. Excluded columns (padding, the user's history except the target, the last tile's columns past
-    n_items) are set to −inf, below every finite target score.
+    equal. Excluded columns (padding, the user's history except the target, the items no user may get under the
+    temporal split, the last tile's columns past n_items) are set to −inf, below every finite target score.
 
     With a :class:`benchmarks.metrics.TopLists`, each user's best ``depth + 1`` scores are kept from tile to tile
     as well; a user whose list ends in a tie (or who has fewer candidates than ``depth``) has its tiles scored a
@@ -102,6 +102,7 @@ class TiledRanking:
         self.items = torch.zeros(width, items.shape[1])
         self.items[1:n_slots] = items[1:n_slots].float()
         self.bias = None if bias is None else F.pad(bias[:n_slots].float(), (0, width - n_slots))
+        self.excluded = None  # sorted item ids that no user may get (set by counts)
 
     def exact(self) -> bool:
         """Whether the sign test is exact here: every score finite (|q · e + b| ≤ ‖q‖ ‖e‖ + |b|) and
@@ -110,9 +111,12 @@ class TiledRanking:
                    + (0 if self.bias is None else self.bias.abs().max()))
         return float(largest) < FINITE_SCORE_BOUND and denormals_kept()
 
-    def counts(self, view, rows: np.ndarray, bar, lists=None) -> tuple[np.ndarray, np.ndarray]:
+    def counts(self, view, rows: np.ndarray, bar, lists=None,
+               excluded: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(greater, ties) of ``rows`` of ``view`` (the rows of ``self.queries``, in order); ``bar`` counts users;
-        ``lists``, when given, receives their top lists."""
+        ``lists``, when given, receives their top lists; ``excluded``: item ids that are no candidates of any user
+        (never a history item or a target)."""
+        self.excluded = None if excluded is None else excluded.sort().values
         targets = torch.from_numpy(view.targets[rows])
         target_tile = targets // TILE_ITEMS
         order = torch.argsort(target_tile, stable=True)
@@ -177,6 +181,13 @@ class TiledRanking:
         out[:, max(0, self.n_slots - lo):] = -math.inf  # past n_items (last tile only)
         if tile == 0:
             out[:, 0] = -math.inf  # padding
+        if self.excluded is not None:
+            out[:, self._in_tile(lo, hi)] = -math.inf
+
+    def _in_tile(self, lo: int, hi: int) -> torch.Tensor:
+        """The columns of tile [lo, hi) that hold an excluded item."""
+        bounds = torch.searchsorted(self.excluded, torch.tensor([lo, hi])).tolist()
+        return self.excluded[bounds[0]:bounds[1]] - lo
 
     def _list_entries(self, q: torch.Tensor, excluded: tuple, best: tuple, depth: int) -> tuple:
         """``evaluator.list_entries`` for the users ``q``, from their best ``depth + 1`` (values, columns): as

@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +117,7 @@ def _invocation(options: RunOptions) -> dict:
             "commit": git_commit(), "profile": options.profile, "protocols": list(options.protocols),
             "config_files": [str(path) for path in options.config_files], "device": options.device,
             "resume": options.resume, "n_jobs": options.n_jobs, "dask_scheduler": options.dask_scheduler,
-            "data_dir": str(data_dir) if data_dir else None}
+            "data_dir": str(data_dir) if data_dir else None, "split": dataclasses.asdict(options.split)}
 
 
 def _record(outcome: JobOutcome, store: ResultStore, result: GridResult) -> None:

@@ -5,7 +5,9 @@ with ``--set`` overrides. A :class:`PlannedJob` is that job resolved for one run
 overrides' values applied, the prepared data's hash known. Its **key** is a hash of everything that determines
 its result: dataset name and prepared-data hash, model, every resolved model and trainer setting, task,
 protocols, evaluation rules, seed, profile, and the study labels the result row carries; for a model from outside
-the suite also the sha256 of its source file (the suite's own code is named by its commit in every row). Result rows,
+the suite also the sha256 of its source file (the suite's own code is named by its commit in every row); for a
+split other than the paper's leave-one-out, the split (its cut times and the hash of the times it cuts; a
+leave-one-out job's key has no split entry, so the keys of existing results stay as they were). Result rows,
 checkpoints and per-user files are keyed by it, so a changed setting can never reuse an old result or resume
 an old checkpoint, and the old result stays beside the new one.
 """
@@ -22,6 +24,8 @@ from recbench.benchmarks.metrics import DEFAULT_METRICS
 from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.relevance import TASK as RELEVANCE
 from recbench.datasets.errors import unknown
+from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
+from recbench.datasets.splits import TemporalSplit, split_from_record
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 
@@ -88,6 +92,7 @@ class PlannedJob:
     config: ResolvedConfig
     data_sha256: str
     model_source: dict | None = None  # a model from outside the suite: models.model_origin and its commit
+    split: dict | None = None  # the temporal split's record (datasets.splits.split_record); None: leave-one-out
 
     @property
     def trains(self) -> bool:
@@ -105,7 +110,12 @@ class PlannedJob:
             "profile": self.profile, "study": self.job.study, "variant": self.job.variant,
             "sweep": self.job.sweep, "tuned_from": self.config.tuned_from,
             "model_source_sha256": self.model_source["sha256"] if self.model_source else None,
+            **({"split": self.split} if self.split is not None else {}),
         }
+
+    def data_split(self, data: SequenceData) -> LeaveOneOutSplit | TemporalSplit:
+        """The split of ``data`` this job trains, selects and tests on."""
+        return split_from_record(data, self.split)
 
     @property
     def key(self) -> str:
@@ -128,4 +138,5 @@ class PlannedJob:
             settings["train_settings"] = None
         return {"key": self.key, "run_id": self.run_id, **dataclasses.asdict(self.job), "profile": self.profile,
                 "protocols": list(self.protocols), "data_sha256": self.data_sha256, **settings,
-                **({"model_source": self.model_source} if self.model_source else {})}
+                **({"model_source": self.model_source} if self.model_source else {}),
+                **({"split": self.split} if self.split else {})}

@@ -202,9 +202,15 @@ class TopLists:
     independent draws per user. ``add`` receives, per user, every candidate scored at least as high as its
     ``depth``-th best (all its candidates when it has fewer), which determines the lists at every cutoff."""
 
-    def __init__(self, cutoffs, popularity: TrainingPopularity):
+    def __init__(self, cutoffs, popularity: TrainingPopularity, excluded=None):
         self.cutoffs = tuple(sorted(set(cutoffs)))
         n_slots = len(popularity.interactions)
+        # The catalogue Coverage and Gini count over: every item id but padding and ``excluded``, the items no list
+        # may hold (the temporal split's items first seen at or after its cut).
+        self.catalogue = np.ones(n_slots, dtype=bool)
+        self.catalogue[0] = False
+        if excluded is not None:
+            self.catalogue[np.asarray(excluded)] = False
         # Per item id and cutoff: expected exposure (number of lists), shown for certain in some list, and
         # Σ log(1 − w) over the lists that show it with a probability w between 0 and 1.
         self.exposure = np.zeros((len(self.cutoffs), n_slots))
@@ -247,7 +253,6 @@ class TopLists:
         """The requested beyond-accuracy metrics (``Coverage@k`` ...) at cutoffs this instance kept; NaN without
         any list, as a mean over no users."""
         out = {}
-        n_items = self.exposure.shape[1] - 1
         for name in names:
             kind, k = parse_list_metric(name)
             index = self.cutoffs.index(k)
@@ -255,9 +260,9 @@ class TopLists:
                 out[name] = float("nan")
             elif kind == "Coverage":  # expected share of the catalogue shown in at least one list
                 shown = np.where(self.certain[index], 1.0, -np.expm1(self.log_unshown[index]))
-                out[name] = float(shown[1:].sum() / n_items)
+                out[name] = float(shown[self.catalogue].sum() / self.catalogue.sum())
             elif kind == "Gini":
-                out[name] = gini(self.exposure[index, 1:])
+                out[name] = gini(self.exposure[index, self.catalogue])
             else:
                 measure = ("ARP", "APLT", "Novelty").index(kind)
                 out[name] = float(self.list_sums[index, measure] / self.n_lists)

@@ -3,8 +3,9 @@ command line (``run_all.py``, the studies) and the Python API.
 
 A job says *what* is computed (dataset, model, seed, overrides; ``benchmarks.jobs``); the options say where the
 data and the results live, with which profile, protocols and configuration files, and how the jobs run (device,
-parallelism, resume). Of the options only ``profile``, ``protocols`` and ``config_files`` change what a job
-computes, and they do so through its resolved settings, which its key covers.
+parallelism, resume). Of the options only ``profile``, ``protocols``, ``config_files`` and ``split`` change what a
+job computes, and they do so through its resolved settings and its split, which its key covers (the split only
+when it is not the paper's leave-one-out, so that those keys stay as they were).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.trainer import resolve_device
 from recbench.datasets.errors import unknown
+from recbench.datasets.splits import SplitSpec
 
 
 @dataclass
@@ -36,11 +38,13 @@ class RunOptions:
     progress: bool = True  # progress bars
     command: list[str] | None = field(default=None)  # the invocation recorded in manifest.jsonl (None: sys.argv)
     logs: dict = field(default_factory=dict)  # dataset name -> datasets.InteractionLog, a log of the user's own
+    split: SplitSpec | str = "leave-one-out"  # or "temporal", or a SplitSpec with the temporal split's cuts
 
     def __post_init__(self):
         self.output = Path(self.output)
         self.protocols = tuple(self.protocols)
         self.config_files = tuple(Path(path) for path in self.config_files)
+        self.split = self.split if isinstance(self.split, SplitSpec) else SplitSpec(self.split)
 
     def problems(self) -> list[str]:
         """Every option that cannot work, one line each (empty when all is well); checked before planning."""

@@ -10,7 +10,8 @@ Checks, in order (settings first, since data may take minutes to prepare):
 1. ``--set`` prefixes and fields, and the ``--config`` files (models, sections, fields);
 2. each job's settings: types and ranges (each config dataclass's ``__post_init__``), then whether the model
    can be built with them (on a toy size);
-3. the datasets: every missing file of every dataset;
+3. the datasets: every missing file of every dataset; under the temporal split, only files with interaction times,
+   and every dataset without them refused in one line, as are cuts that leave a view empty;
 4. rules across a job's settings, its model and its data (:func:`job_problems`), e.g. that the selection metric
    is one the job's validation computes and that its cutoff is below the number of candidates.
 """
@@ -35,6 +36,7 @@ from recbench.datasets import (
     resolve_cache_dir,
 )
 from recbench.datasets.sequences import SequenceData
+from recbench.datasets.splits import SplitSpec, split_record
 from recbench.models import changed_source, model_class, model_names, model_origin
 from recbench.models.base import NeuralRecommender
 from recbench.models.relevance import RelevanceModel
@@ -53,6 +55,7 @@ def plan_grid(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = 
     overlays = _read_overlays(options)
     configs = _resolve_settings(jobs, options, overlays, log)
     datasets = _load_datasets(jobs, options, preloaded)
+    splits = _split_records(datasets, options.split)
     problems = [f"{job.run_id}: {text}" for job in jobs for text in job_problems(job, configs[job],
                                                                                   datasets[job.dataset])]
     if problems:
@@ -60,7 +63,7 @@ def plan_grid(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = 
     planned = {}
     for job in jobs:
         plan = PlannedJob(job, options.profile, job.protocols(options.protocols), configs[job],
-                          datasets[job.dataset].content_sha256(), sources.get(job.model))
+                          datasets[job.dataset].content_sha256(), sources.get(job.model), splits[job.dataset])
         if plan.key in planned:
             log(f"note: {job.run_id} repeats {planned[plan.key].run_id} (same key {plan.key[:12]}); it runs once")
         planned.setdefault(plan.key, plan)
@@ -149,27 +152,52 @@ def _construction_problems(configs: dict) -> list[tuple[str, str]]:
 
 
 def _load_datasets(jobs: list[Job], options: RunOptions, preloaded: dict | None) -> dict[str, SequenceData]:
-    """Every dataset of the grid; the ones that need a download first, so that a missing one is reported
-    before any long parse. Raises :class:`GridError` naming every missing or unreadable dataset."""
+    """Every dataset of the grid (under the temporal split, from files with interaction times); the ones that
+    need a download first, so that a missing one is reported before any long parse. Raises :class:`GridError`
+    naming every missing or unreadable dataset."""
     cache = resolve_cache_dir(options.cache_dir)
     datasets = dict(preloaded or {})
+    timed = options.split.temporal
     wanted = [name for name in dict.fromkeys(job.dataset for job in jobs) if name not in datasets]
-    wanted.sort(key=lambda name: name in options.logs or dataset_on_disk(name, options.data_dir, cache))
+    wanted.sort(key=lambda name: name in options.logs or dataset_on_disk(name, options.data_dir, cache, timed))
     problems = []
     for name in wanted:
         try:
             if name in options.logs:  # a log of the user's own, read whole before anything trains
                 datasets[name] = load_log(options.logs[name], name, cache, options.progress)
                 continue
-            if problems and dataset_on_disk(name, options.data_dir, cache):
+            if problems and dataset_on_disk(name, options.data_dir, cache, timed):
                 continue  # the grid cannot run anyway; report the missing data without preparing the rest
             datasets[name] = load_dataset(name, data_dir=options.data_dir, cache_dir=cache,
-                                          progress=options.progress)
+                                          progress=options.progress, timed=timed)
         except (MissingDataError, DatasetFormatError, OSError, ValueError) as error:
-            problems.append(str(error) if str(error).startswith("dataset") else f"dataset {name!r}: {error}")
+            problems.append(_dataset_problem(name, error))
     if problems:
         raise GridError("\n".join(problems))
     return datasets
+
+
+def _dataset_problem(name: str, error: Exception) -> str:
+    return str(error) if str(error).startswith("dataset") else f"dataset {name!r}: {error}"
+
+
+def _split_records(datasets: dict[str, SequenceData], spec: SplitSpec) -> dict[str, dict | None]:
+    """Each dataset's split as its jobs' keys record it (None: leave-one-out); raises :class:`GridError` naming
+    every dataset that cannot be split so (no interaction times, a view left empty by the cuts)."""
+    if not spec.temporal:  # leave-one-out checks its data where it splits it, as it always has
+        return dict.fromkeys(datasets)
+    records, problems = {}, []
+    for name, data in datasets.items():
+        try:
+            split = spec.build(data)
+        except ValueError as error:
+            problems.append(_dataset_problem(name, error))
+            continue
+        records[name] = split_record(split)
+        problems += split.problems()
+    if problems:
+        raise GridError("\n".join(problems))
+    return records
 
 
 def selection_metric(job: Job, config: ResolvedConfig) -> tuple[str, str]:
@@ -206,9 +234,10 @@ def prepare_negatives(planned: list[PlannedJob], datasets: dict[str, SequenceDat
                       log=print) -> None:
     """Draw every sampled candidate list the grid will read (test protocols, validation protocols, relevance
     pairs) once, in the driver, so that parallel workers only read them."""
-    needed = {}
+    needed, splits = {}, {}
     for job in planned:
         seed, name = job.job.seed, job.job.dataset
+        splits.setdefault(name, job.data_split(datasets[name]))  # one split per dataset: a grid has one scheme
         for protocol in job.protocols:
             if protocol in SAMPLED_PROTOCOLS or protocol == PAIRS:
                 needed[(name, "test", protocol, seed)] = None
@@ -217,9 +246,9 @@ def prepare_negatives(planned: list[PlannedJob], datasets: dict[str, SequenceDat
             needed[(name, "valid", valid, seed)] = None
         if job.job.task == RELEVANCE:
             needed[(name, "valid", PAIRS, seed)] = None
-    for number, (name, split, protocol, seed) in enumerate(needed, start=1):
+    for number, (name, part, protocol, seed) in enumerate(needed, start=1):
         started = time.perf_counter()
-        load_or_sample(datasets[name], split, protocol, seed, cache / "negatives")
+        load_or_sample(splits[name], part, protocol, seed, cache / "negatives")
         if time.perf_counter() - started > 2:
-            log(f"  negatives {number}/{len(needed)}: {name} {split} {protocol} seed {seed} "
+            log(f"  negatives {number}/{len(needed)}: {name} {part} {protocol} seed {seed} "
                 f"({time.perf_counter() - started:.0f}s)")

@@ -37,6 +37,7 @@ from torch import nn
 from recbench.benchmarks.evaluator import ScoreError, evaluation_mode, history_batches
 from recbench.benchmarks.negatives import PAIRS, load_or_sample
 from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.datasets.splits import TemporalSplit
 from recbench.models.base import Recommender
 
 TASK = "relevance"  # the ``task`` of its result rows; their ``protocol`` is ``pairs``
@@ -160,9 +161,10 @@ class RelevanceEvaluation:
 
 
 class RelevanceEvaluator:
-    """Judges any model on the validation or test pairs of one leave-one-out split."""
+    """Judges any model on the validation or test pairs of one split (leave-one-out or temporal)."""
 
-    def __init__(self, split: LeaveOneOutSplit, seed: int, cache_dir: Path | None = None, batch_size: int = 256):
+    def __init__(self, split: LeaveOneOutSplit | TemporalSplit, seed: int, cache_dir: Path | None = None,
+                 batch_size: int = 256):
         self.split = split
         self.seed = seed
         self.cache_dir = cache_dir
@@ -176,10 +178,10 @@ class RelevanceEvaluator:
         return self._views[split]
 
     def pairs(self, split: str) -> np.ndarray:
-        """``(n_users, 2)`` candidates of every user row: the split's target, then the stored negative."""
+        """``(len(view), 2)`` candidates of every row of the view: the split's target, then the stored negative."""
         if split not in self._pairs:
             view = self.view(split)
-            negatives = load_or_sample(self.split.data, split, PAIRS, self.seed, self.cache_dir, n=1)
+            negatives = load_or_sample(self.split, split, PAIRS, self.seed, self.cache_dir, n=1)
             self._pairs[split] = np.stack([view.targets, negatives[view.users, 0]], axis=1)
         return self._pairs[split]
 

@@ -33,10 +33,18 @@ from pathlib import Path
 
 import numpy as np
 
+from recbench.datasets.splits import LEAVE_ONE_OUT
+
 # The tuning results of a folder, as the search writes them and the report reads them.
 TUNING_FILE = "tuning.json"  # every study: its trials, the best one, each parameter's importance
 TUNING_STUDY = "tuning"  # the study label of a search's jobs; their variants: a trial, and the final runs of the
 TRIAL, TUNED, DEFAULT = "trial", "tuned", "default"  # chosen settings and of the model's own
+
+
+def split_scheme(row: dict) -> str:
+    """A result row's split scheme, ``leave-one-out`` or ``temporal`` (field ``split_scheme``); rows written before
+    the field existed were all split by leave-one-out. (``split`` is another field: the part evaluated, ``test``.)"""
+    return row.get("split_scheme") or LEAVE_ONE_OUT
 
 
 def now() -> str:

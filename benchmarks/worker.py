@@ -11,6 +11,10 @@ its scores are calibrated on the validation pairs (Platt scaling, fitted on vali
 
 A tuning trial (``JobPayload.test`` false, :mod:`benchmarks.tuning`) stops after training: its one row holds the
 validation metrics of its selected epoch, and the test split is never evaluated.
+
+The job's split (``PlannedJob.data_split``) is the paper's leave-one-out or the temporal split; the models and this
+module see the same interface either way, and every row names its scheme (``split_scheme``), a temporal row also
+its cuts and what the split left out (``temporal_split``).
 """
 from __future__ import annotations
 
@@ -41,7 +45,8 @@ from recbench.benchmarks.provenance import PeakMemory, describe_device, library_
 from recbench.benchmarks.relevance import TASK as RELEVANCE, RelevanceEvaluator, calibrate
 from recbench.benchmarks.store import ClaimedElsewhere, claimed, now
 from recbench.benchmarks.trainer import TrainRun, fit_model, resolve_device
-from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
+from recbench.datasets.sequences import SequenceData
+from recbench.datasets.splits import TEMPORAL
 from recbench.models import model_class
 from recbench.models.base import FitReport, InterfaceError, Recommender, wrong_return
 from recbench.models.relevance import RelevanceModel
@@ -167,8 +172,8 @@ def _one_line(error: BaseException) -> str:
 
 
 def validation_users(valid_users: int | None, n_users: int, seed: int) -> np.ndarray | None:
-    """The fixed random subset of user rows validated on when ``valid_users`` asks for one, else None (every
-    user)."""
+    """The fixed random subset of the ``n_users`` rows of the validation view validated on when ``valid_users``
+    asks for one, else None (every row)."""
     if valid_users and valid_users < n_users:
         return np.sort(np.random.default_rng(seed).choice(n_users, valid_users, replace=False))
     return None
@@ -194,7 +199,7 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
         checkpoint.unlink(missing_ok=True)
     elif checkpoint.exists():
         log(f"    resuming from {checkpoint.name}")
-    split = LeaveOneOutSplit(data)
+    split = planned.data_split(data)
     evaluator = Evaluator(split, seed=job.seed, cache_dir=Path(payload.negatives_dir), progress=payload.progress)
     pairs = RelevanceEvaluator(split, seed=job.seed, cache_dir=Path(payload.negatives_dir))
     memory = PeakMemory(device)
@@ -203,18 +208,18 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
         model = _model_class(planned)(data.n_users, data.n_items, planned.config.model)
     if isinstance(model, torch.nn.Module):
         model.to(device)
-    validate = _validator(model, planned, evaluator, pairs, data.n_users)
+    validate = _validator(model, planned, evaluator, pairs)
     run = TrainRun(seed=job.seed, checkpoint=checkpoint, progress=payload.progress, compile=payload.compile,
                    on_validation=payload.on_validation)
     cpu_started = time.process_time()
     fit = fit_model(model, split.train(), validate, planned.config.train, run)
-    facts = {**_job_fields(planned, data), **_fit_fields(planned, fit), "model_report": _training_report(model),
+    facts = {**_job_fields(planned, data, split), **_fit_fields(planned, fit), "model_report": _training_report(model),
              "train_cpu_seconds": time.process_time() - cpu_started, "peak_memory_mb": memory.peak_mb(),
              "device": describe_device(device), "versions": library_versions(), "commit": payload.commit}
     if not payload.test:  # a tuning trial: the test split is never evaluated
-        return [_validation_row(planned, facts, fit)], {}, fit.epochs_run > 0
+        return [_validation_row(planned, {**facts, **_split_fields(split, "valid")}, fit)], {}, fit.epochs_run > 0
     tests = _test(model, planned, evaluator, pairs)
-    rows = [_result_row(facts, test, log) for test in tests]
+    rows = [_result_row({**facts, **_split_fields(split, "test")}, test, log) for test in tests]
     files = {test.per_user_file: test.arrays for test in tests}
     files.update(_extra_files(model, payload, evaluator, rows))
     return rows, files, fit.epochs_run > 0
@@ -240,13 +245,12 @@ def _model_class(planned: PlannedJob):
     return model_class(planned.job.model, source["sha256"] if source else None)
 
 
-def _validator(model: Recommender, planned: PlannedJob, evaluator: Evaluator, pairs: RelevanceEvaluator,
-               n_users: int):
+def _validator(model: Recommender, planned: PlannedJob, evaluator: Evaluator, pairs: RelevanceEvaluator):
     """The validation pass the trainer selects with: the relevance metrics of the validation pairs for a model
     trained for relevance, else the ranking metrics of the validation targets under ``valid_protocol`` (the
     selection metric among them, e.g. NDCG@20)."""
     job, settings = planned.job, planned.config.train
-    users = validation_users(settings.valid_users, n_users, job.seed)
+    users = validation_users(settings.valid_users, len(evaluator.view("valid")), job.seed)
     if isinstance(model, RelevanceModel):
         return lambda current: pairs.evaluate(current, "valid", job.model, users).metrics
     metrics = tuple(dict.fromkeys((*DEFAULT_METRICS, settings.valid_metric)))
@@ -278,8 +282,9 @@ def _test(model: Recommender, planned: PlannedJob, evaluator: Evaluator, pairs: 
                        {"calibration": calibration})]
 
 
-def _job_fields(planned: PlannedJob, data: SequenceData) -> dict:
-    """The row's fields that say which job it is: labels, key, dataset, model and every resolved setting."""
+def _job_fields(planned: PlannedJob, data: SequenceData, split) -> dict:
+    """The row's fields that say which job it is: labels, key, dataset, its split's scheme, model and every
+    resolved setting."""
     job = planned.job
     return {"schema": SCHEMA_VERSION, "key": planned.key, "key_version": KEY_VERSION, "run_id": job.run_id,
             "study": job.study, "variant": job.variant, "sweep": job.sweep, "profile": planned.profile,
@@ -287,7 +292,12 @@ def _job_fields(planned: PlannedJob, data: SequenceData) -> dict:
             "dataset_info": {"sha256": planned.data_sha256, "stats": data.stats(), "provenance": data.provenance},
             "model": job.model, "model_source": planned.model_source,
             "hyperparameters": dataclasses.asdict(planned.config.model), "task": job.task,
-            "split": "test", "seed": job.seed, **_tuned_from(planned)}
+            "split": "test", "split_scheme": split.scheme, "seed": job.seed, **_tuned_from(planned)}
+
+
+def _split_fields(split, part: str) -> dict:
+    """``temporal_split``: the temporal split's cuts and what ``part`` left out (absent under leave-one-out)."""
+    return {"temporal_split": split.summary(part)} if split.scheme == TEMPORAL else {}
 
 
 def _tuned_from(planned: PlannedJob) -> dict:

@@ -19,6 +19,7 @@ import sys
 import time
 import zipfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +32,7 @@ from recbench.datasets.preprocess import prepare
 from recbench.datasets.readers import describe, find_member, read_interactions
 from recbench.datasets.registry import DatasetSpec, Source, SyntheticSpec, get_spec
 from recbench.datasets.sequences import SequenceData
+from recbench.datasets.splits import without_times
 from recbench.datasets.synthetic import GENERATOR_VERSION, generate
 
 logger = logging.getLogger(__name__)
@@ -62,38 +64,63 @@ def resolve_cache_dir(cache_dir: str | Path | None = None) -> Path:
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
-                 source: str = "auto", download: bool = True, progress: bool = True) -> SequenceData:
+                 source: str = "auto", download: bool = True, progress: bool = True,
+                 timed: bool = False) -> SequenceData:
     """Load dataset ``name`` (see ``DATASET_NAMES``) as time-ordered sequences, preparing it on first use.
 
     ``source`` is ``"auto"`` or one of the dataset's source kinds (``"authors"``, ``"sequences"``,
     ``"raw"``). With ``download=False`` a missing file raises :class:`MissingDataError` naming the files
-    to put in the data directory instead of going to the network.
+    to put in the data directory instead of going to the network. ``timed``: only sources whose files keep each
+    interaction's time (the temporal split's); a dataset without one, or whose only file on disk has no times
+    and none with times can be downloaded, is refused in one line that names the file with times.
     """
     spec = get_spec(name)
     cache = resolve_cache_dir(cache_dir)
     if isinstance(spec, SyntheticSpec):
+        if timed:
+            raise ValueError(without_times(name, "is generated without interaction times"))
         if source not in ("auto", "synthetic"):
             raise ValueError(f"dataset {name!r} is generated; source must be 'auto', not {source!r}")
         return _load_synthetic(spec, cache, progress)
     kinds = [s.kind for s in spec.sources]
     if source != "auto" and source not in kinds:
         raise ValueError(f"dataset {name!r} has no source {source!r}; choose 'auto' or one of {kinds}")
-    sources = [s for s in spec.sources if source in ("auto", s.kind)]
+    sources = [s for s in spec.sources if source in ("auto", s.kind) and (s.timed or not timed)]
+    if not sources:
+        files = ", ".join(f"{s.files[0]} ({s.description})" for s in spec.sources if source in ("auto", s.kind))
+        raise ValueError(without_times(name, f"has no file with interaction times (only each user's order, in "
+                                             f"{files})"))
     root = resolve_data_dir(data_dir)
     located = next(filter(None, (_find(spec, s, root, cache) for s in sources)), None)
     if located is None:
-        located = _download(spec, sources, root, cache, download, progress)
+        untimed = timed and next(filter(None, (_find(spec, s, root, cache) for s in spec.sources)), None)
+        explain = partial(_untimed_message, untimed) if untimed else _missing_message
+        located = _download(spec, sources, root, cache, download, progress, explain)
     return _prepare_cached(spec, located, cache, progress)
 
 
-def dataset_on_disk(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None) -> bool:
-    """Whether ``name`` loads without a download: it is generated, or a file of one of its sources is in the
-    data directory or the download cache. Reads no file, so a grid can check all its datasets in a moment."""
+def _untimed_message(untimed: Located, spec: DatasetSpec, sources: list[Source], root: Path | None, allowed: bool,
+                     failures: list[str]) -> str:
+    """One line: the file on disk (``untimed``) keeps no times; which file with times to put where (and why none
+    was downloaded)."""
+    wanted = " or ".join(f"{' or '.join(s.files)} ({s.description}, source {s.kind!r}"
+                         + (f", from {spec.url(s)})" if spec.url(s) else ")") for s in sources)
+    return (f"dataset {spec.name!r}: the temporal split needs interaction times, and the file found, "
+            f"{untimed.path.name} ({untimed.source.description}), keeps only each user's order; put {wanted} into "
+            f"{root if root is not None else 'the data directory (--data-dir)'}"
+            + (f" (downloading it failed: {'; '.join(failures)})" if failures else ""))
+
+
+def dataset_on_disk(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+                    timed: bool = False) -> bool:
+    """Whether ``name`` loads without a download: it is generated, or a file of one of its sources (with
+    ``timed``, of one that keeps interaction times) is in the data directory or the download cache. Reads no file,
+    so a grid can check all its datasets in a moment."""
     spec = get_spec(name)
     if isinstance(spec, SyntheticSpec):
         return True
     root, cache = resolve_data_dir(data_dir), resolve_cache_dir(cache_dir)
-    return any(_find(spec, source, root, cache) is not None for source in spec.sources)
+    return any(_find(spec, source, root, cache) is not None for source in spec.sources if source.timed or not timed)
 
 
 def _download_path(spec: DatasetSpec, source: Source, cache: Path) -> Path | None:
@@ -127,8 +154,10 @@ def _find(spec: DatasetSpec, source: Source, root: Path | None, cache: Path) -> 
 
 
 def _download(spec: DatasetSpec, sources: list[Source], root: Path | None, cache: Path, allowed: bool,
-              progress: bool) -> Located:
-    """Download the first source that can be fetched, or raise :class:`MissingDataError` saying what to do."""
+              progress: bool, explain) -> Located:
+    """Download the first source that can be fetched, or raise :class:`MissingDataError` saying what to do:
+    ``explain(spec, sources, root, allowed, failures)`` (:func:`_missing_message`, or one line for a file on disk
+    without the times asked for)."""
     failures = []
     for source in sources:
         url, dest = spec.url(source), _download_path(spec, source, cache)
@@ -146,7 +175,7 @@ def _download(spec: DatasetSpec, sources: list[Source], root: Path | None, cache
             raise MissingDataError(f"{path} was downloaded from {url} but holds no member matching "
                                    f"{list(source.members)}; the upstream file may have changed")
         return located
-    raise MissingDataError(_missing_message(spec, sources, root, allowed, failures))
+    raise MissingDataError(explain(spec, sources, root, allowed, failures))
 
 
 def _missing_message(spec: DatasetSpec, sources: list[Source], root: Path | None, allowed: bool,
@@ -166,8 +195,11 @@ def _prepare_cached(spec: DatasetSpec, located: Located, cache: Path, progress: 
     source, path, member = located.source, located.path, located.member
     file_sha256 = sha256_of(path)
     settings = source.preprocessing.describe()
+    # A file with times keeps them in its prepared data (SequenceData.times): a preparation cached before they
+    # were kept has another name, so it is prepared again once instead of being read back without them.
+    times = {"times_kept": True} if source.timed else {}
     key = hashlib.sha256(json.dumps({"file_sha256": file_sha256, "member": member, "format": source.fmt,
-                                     "preprocessing": settings}, sort_keys=True).encode()).hexdigest()
+                                     "preprocessing": settings, **times}, sort_keys=True).encode()).hexdigest()
     cached = cache / "prepared" / f"{spec.name}-{source.kind}-{key[:16]}.npz"
     data = _load_cache(cached)
     if data is not None:
@@ -238,7 +270,8 @@ def load_log(log: InteractionLog, name: str, cache_dir: str | Path | None = None
         raise MissingDataError(f"dataset {name!r}: {path}: no such file")
     file_sha256 = sha256_of(path)
     key = hashlib.sha256(json.dumps({"file_sha256": file_sha256, "format": fmt.describe(),
-                                     "preprocessing": fmt.preprocessing.describe()}, sort_keys=True).encode())
+                                     "preprocessing": fmt.preprocessing.describe(), "times_kept": True},
+                                    sort_keys=True).encode())
     cached = resolve_cache_dir(cache_dir) / "prepared" / f"log-{name}-{key.hexdigest()[:16]}.npz"
     data = _load_cache(cached)
     if data is not None:

@@ -292,7 +292,8 @@ def _interactions(frame: pd.DataFrame, roles: dict, fmt: LogFormat, rows) -> Int
         if not len(user):
             raise DatasetFormatError(rows.where, None, f"rows rated at least min_rating={fmt.min_rating:g}",
                                      found="none")
-    return Interactions(rows.where, user, item, time, rows.first_line, lines=lines, unit=rows.unit)
+    return Interactions(rows.where, user, item, time, rows.first_line, lines=lines, unit=rows.unit,
+                        timed="time" in roles)
 
 
 def _ids(column: pd.Series, what: str, rows) -> np.ndarray:

@@ -13,6 +13,9 @@ Steps, in this order (all vectorised; the order is part of the cache key through
 5. Renumber items 1..n_items and users 0..n_users-1 in ascending order of their original ids (or of the
    sorted original strings), so a file that is already dense keeps its ids.
 
+A file with times keeps each interaction's time beside its item (``SequenceData.times``), for the global temporal
+split; the sequences themselves do not depend on whether the times are kept.
+
 Leave-one-out needs at least 3 interactions per user; a user left with fewer is an error that names the
 file and the line of that user's first interaction.
 """
@@ -97,7 +100,8 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
     present[item] = True
     new_id = np.cumsum(present)  # ids 1..n_items in ascending original order
     record = dict(provenance or {}, preprocessing=settings.describe(), counts=counts)
-    return SequenceData(name, new_id[item], offsets, int(new_id[-1]), record)
+    times = interactions.time[row] if interactions.timed else None
+    return SequenceData(name, new_id[item], offsets, int(new_id[-1]), record, times)
 
 
 def _nothing_left(where: str, settings: Preprocessing, longest: int) -> DatasetFormatError:

@@ -43,6 +43,7 @@ class Interactions:
     first_line: int  # 1-based line number of row 0; rows are consecutive lines (unless ``lines`` says)
     lines: np.ndarray | None = None  # the line of each row, where rows were left out (a log's min_rating)
     unit: str = "line"  # what a position counts: "line" of a file, or "row" of a DataFrame
+    timed: bool = True  # whether ``time`` holds the interactions' times (False: only the file's order)
 
     def __len__(self) -> int:
         return len(self.user)
@@ -84,6 +85,8 @@ LAYOUTS = {
 }
 STEAM_FORMAT = "steam-json"
 FORMATS = (*LAYOUTS, STEAM_FORMAT)
+# The formats whose files carry each interaction's time (the others only order each user's interactions).
+TIMED_FORMATS = tuple(name for name, layout in LAYOUTS.items() if "timestamp" in layout.columns) + (STEAM_FORMAT,)
 
 _KIND_PATTERNS = {
     "int": re.compile(r"[+-]?\d+"),
@@ -181,9 +184,9 @@ def _read_layout(path: Path, member: str | None, where: str, layout: TextLayout,
         frame, problem = _try_pandas(path, member, layout, header_lines, rows=data_lines)
         if frame is None:  # the line-by-line scan found no fault that pandas did: report pandas' words
             raise DatasetFormatError(where, None, f"lines of {layout.description}", found=problem)
-    time = (frame["timestamp"].to_numpy(np.int64) if "timestamp" in frame
-            else np.arange(len(frame), dtype=np.int64))
-    return Interactions(where, _keys(frame["user"]), _keys(frame["item"]), time, 1 + header_lines)
+    timed = "timestamp" in frame
+    time = frame["timestamp"].to_numpy(np.int64) if timed else np.arange(len(frame), dtype=np.int64)
+    return Interactions(where, _keys(frame["user"]), _keys(frame["item"]), time, 1 + header_lines, timed=timed)
 
 
 def _try_pandas(path: Path, member: str | None, layout: TextLayout, header_lines: int,

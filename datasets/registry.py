@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from recbench.datasets.errors import unknown
 from recbench.datasets.preprocess import Preprocessing
+from recbench.datasets.readers import TIMED_FORMATS
 
 GITHUB_BERT4REC = "https://raw.githubusercontent.com/FeiSun/BERT4Rec/master/data"
 GROUPLENS = "https://files.grouplens.org/datasets/movielens"
@@ -61,6 +62,11 @@ class Source:
     members: tuple[str, ...] = ()  # glob patterns of the data member inside a .zip
     sha256: str | None = None  # of the file at the download URL, where published or independently confirmed
 
+    @property
+    def timed(self) -> bool:
+        """Whether the source's file keeps each interaction's time (the authors' files keep only the order)."""
+        return self.fmt in TIMED_FORMATS
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -79,6 +85,7 @@ class DatasetSpec:
                                         else f" (or {name}.gz)") for name in source.files)
             url = self.url(source)
             lines.append(f"[{source.kind}] {names}: {source.description}"
+                         + ("; with interaction times (--split temporal)" if source.timed else "")
                          + (f"; from {url}" if url else "; not downloadable"))
         return lines
 

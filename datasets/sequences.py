@@ -2,7 +2,9 @@
 
 Every dataset, whatever its source, ends up as one :class:`SequenceData`: a flat ``int64`` array of item ids
 (``1..n_items``; 0 is reserved for padding) plus ``offsets`` so that user ``u``'s sequence is
-``items[offsets[u]:offsets[u + 1]]`` in chronological order. Users are numbered ``0..n_users-1``.
+``items[offsets[u]:offsets[u + 1]]`` in chronological order. Users are numbered ``0..n_users-1``. Where the source
+keeps each interaction's time, ``times`` holds it beside ``items`` (the global temporal split needs it,
+``datasets/splits.py``); the authors' preprocessed files keep only the order, and their ``times`` is None.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class SequenceData:
     offsets: np.ndarray  # int64, length n_users + 1, offsets[0] == 0
     n_items: int
     provenance: dict = field(default_factory=dict)  # source file, its sha256, preprocessing settings
+    times: np.ndarray | None = None  # int64 beside items: each interaction's time (None: the source has none)
 
     def __post_init__(self):
         if self.offsets.ndim != 1 or len(self.offsets) < 1 or self.offsets[0] != 0:
@@ -37,18 +40,33 @@ class SequenceData:
             raise ValueError(f"{self.name}: offsets must be non-decreasing and end at len(items)")
         if len(self.items) and (self.items.min() < 1 or self.items.max() > self.n_items):
             raise ValueError(f"{self.name}: item ids must lie in 1..{self.n_items} (0 is padding)")
+        if self.times is not None:
+            self._check_times()
+
+    def _check_times(self) -> None:
+        """``times`` lies beside ``items`` and runs forward within each user, as the sequences do."""
+        if self.times.shape != self.items.shape:
+            raise ValueError(f"{self.name}: times must have one entry per item ({len(self.items)}), not "
+                             f"{len(self.times)}")
+        backwards = np.flatnonzero(np.diff(self.times) < 0) + 1  # positions whose time is before the previous one
+        backwards = backwards[~np.isin(backwards, self.offsets)]  # a user's first position follows another user
+        if len(backwards):
+            user = int(np.searchsorted(self.offsets, backwards[0], side="right")) - 1
+            raise ValueError(f"{self.name}: times must not decrease within a user's sequence; user row {user} goes "
+                             f"back in time at position {backwards[0] - self.offsets[user]}")
 
     @classmethod
     def from_sequences(cls, name: str, sequences: list, n_items: int | None = None,
-                       provenance: dict | None = None) -> "SequenceData":
+                       provenance: dict | None = None, times: list | None = None) -> "SequenceData":
+        """From one list of item ids per user (and, optionally, one list of times per user beside them)."""
         lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
         offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        items = (np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences])
-                 if len(sequences) else np.zeros(0, dtype=np.int64))
+        items = _flat(sequences)
         if n_items is None:
             n_items = int(items.max()) if len(items) else 0
-        return cls(name, items, offsets, int(n_items), dict(provenance or {}))
+        return cls(name, items, offsets, int(n_items), dict(provenance or {}),
+                   None if times is None else _flat(times))
 
     @property
     def n_users(self) -> int:
@@ -98,16 +116,24 @@ class SequenceData:
             "density": counted / (users * items) if users and items else 0.0,
         }
 
+    def times_sha256(self) -> str | None:
+        """Hash of the interactions' times (None without them): ``content_sha256`` leaves them out, so that data
+        with and without times split by leave-one-out keep one hash; a temporal split's key adds this one."""
+        if self.times is None:
+            return None
+        return hashlib.sha256(np.ascontiguousarray(self.times, dtype=np.int64).tobytes()).hexdigest()
+
     def save(self, path: Path) -> None:
         """Write atomically to ``path`` (``.npz``); the provenance travels as JSON inside it."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        times = {} if self.times is None else {"times": self.times}
         # A unique temporary name, so that two processes preparing the same dataset never mix their writes.
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp.npz")
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, items=self.items, offsets=self.offsets, n_items=np.int64(self.n_items),
-                         name=np.array(self.name), provenance=np.array(json.dumps(self.provenance)))
+                         name=np.array(self.name), provenance=np.array(json.dumps(self.provenance)), **times)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -117,7 +143,13 @@ class SequenceData:
     def load(cls, path: Path) -> "SequenceData":
         with np.load(path, allow_pickle=False) as f:
             items, offsets = (f[key].astype(np.int64, copy=False) for key in ("items", "offsets"))
-            return cls(str(f["name"]), items, offsets, int(f["n_items"]), json.loads(str(f["provenance"])))
+            times = f["times"].astype(np.int64, copy=False) if "times" in f.files else None
+            return cls(str(f["name"]), items, offsets, int(f["n_items"]), json.loads(str(f["provenance"])), times)
+
+
+def _flat(lists: list) -> np.ndarray:
+    """One int64 array of the concatenated ``lists``."""
+    return np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]) if len(lists) else np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True)
@@ -171,9 +203,11 @@ class Histories:
 
 @dataclass(frozen=True)
 class LeaveOneOutSplit:
-    """The protocol's split: train ``s[:-2]``; valid ``s[:-2] -> s[-2]``; test ``s[:-1] -> s[-1]``."""
+    """The protocol's split: train ``s[:-2]``; valid ``s[:-2] -> s[-2]``; test ``s[:-1] -> s[-1]``. Its interface
+    is the one every split gives the harness (``datasets/splits.py``)."""
 
     data: SequenceData
+    scheme = "leave-one-out"
 
     def __post_init__(self):
         short = np.flatnonzero(self.data.lengths < 3)
@@ -216,3 +250,12 @@ class LeaveOneOutSplit:
         if split == "test":
             return self.test()
         raise unknown("split", split, ("valid", "test"))
+
+    def new_items(self, split: str) -> np.ndarray:
+        """Item ids that are no candidates of ``split``: none, every item is."""
+        return np.zeros(0, dtype=np.int64)
+
+    def popularity(self, split: str) -> np.ndarray:
+        """What ``pop100`` draws by: each item's interaction count over the whole dataset (``PROTOCOL.md``,
+        "Negatives")."""
+        return self.data.item_counts()

@@ -14,16 +14,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recbench.benchmarks.store import TUNING_STUDY
+from recbench.benchmarks.store import LEAVE_ONE_OUT, TUNING_STUDY, split_scheme
 
 SCHEMA_VERSION = 1
 STUDIES = ("main", "ablation", "sensitivity", "cloze", TUNING_STUDY)  # tuning: the final runs of benchmarks.tune
 TASKS = ("next-item", "relevance")
 SMOKE = "smoke"  # the profile whose results only check an installation
 SMOKE_LABEL = "smoke profile: installation check, not the paper's settings"
-LEAVE_ONE_OUT = "leave-one-out"  # the paper's split, which every row written before splits were named used
-# What ``split`` holds where it names the view a row was evaluated on, not how the data was split.
-VIEWS = ("test", "valid")
 # Keys without which a row cannot be placed in any table; every other key is optional here.
 REQUIRED = {"schema": int, "study": str, "dataset": str, "model": str, "task": str, "protocol": str,
             "seed": int, "metrics": dict}
@@ -53,7 +50,8 @@ class Row:
 
     @property
     def key(self) -> tuple:
-        """What identifies one result; a later row with the same key supersedes an earlier one."""
+        """What identifies one result; a later row with the same key supersedes an earlier one (a row of the
+        temporal split never supersedes one of leave-one-out)."""
         return (self.study, self.variant, self.sweep_param, self.sweep_value, self.dataset, self.model,
                 self.task, self.protocol, self.split, self.seed)
 
@@ -138,13 +136,6 @@ def _label(row: Row) -> str:
     return f"{row.dataset}/{row.model}{variant} seed {row.seed}"
 
 
-def split_of(raw: dict) -> str:
-    """How a row's data was split: its ``split_scheme``, else its ``split`` where that names a split rather than
-    the view evaluated (``test``), else leave-one-out, which every row written before splits had names used."""
-    split = raw.get("split_scheme") or raw.get("split")
-    return LEAVE_ONE_OUT if split is None or split in VIEWS else str(split)
-
-
 def _fail(path: Path, line: int, message: str):
     raise ResultsError(f"{path}, line {line}: {message}")
 
@@ -180,7 +171,7 @@ def _parse_row(path: Path, line: int, obj) -> Row:
     return Row(line=line, study=obj["study"], variant=None if variant is None else str(variant),
                sweep_param=sweep_param, sweep_value=sweep_value, dataset=obj["dataset"], model=obj["model"],
                task=obj["task"], protocol=obj["protocol"], seed=obj["seed"], metrics=metrics, raw=obj,
-               split=split_of(obj))
+               split=split_scheme(obj))
 
 
 def load_results(folder: Path) -> ResultSet:

@@ -1,7 +1,7 @@
 """Beyond the paper's protocol: do the models keep their order under a global temporal split, and which of them
 recommend the most popular items? (issue 30; ``PROTOCOL.md``, "Beyond accuracy").
 
-From the main grid's full-ranking rows, grouped by their ``split`` (``reports.results.split_of``):
+From the main grid's full-ranking rows, grouped by their split scheme (``Row.split``, from ``split_scheme``):
 
 - the models side by side under both splits: HR@10 and NDCG@10, each model's place in each split's ordering, and
   paired tests between neighbours of one ordering, Holm-corrected over the table;

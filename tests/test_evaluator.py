@@ -125,7 +125,7 @@ def test_scores_with_nan_or_inf_raise_naming_model_and_dataset(tmp_path):
 def test_negatives_exclude_the_whole_sequence_and_are_distinct(tmp_path):
     data = toy_data(n_users=50, n_items=200, length=60)
     for protocol in ("pop100", "uni100"):
-        negatives = load_or_sample(data, "test", protocol, seed=1, cache_dir=tmp_path)
+        negatives = load_or_sample(LeaveOneOutSplit(data), "test", protocol, seed=1, cache_dir=tmp_path)
         assert negatives.shape == (data.n_users, 100)
         for user in range(data.n_users):
             assert len(set(negatives[user])) == 100
@@ -134,13 +134,13 @@ def test_negatives_exclude_the_whole_sequence_and_are_distinct(tmp_path):
 
 
 def test_negatives_are_fixed_by_seed_and_stored(tmp_path):
-    data = toy_data()
-    first = load_or_sample(data, "valid", "pop100", seed=7, cache_dir=tmp_path)
-    again = load_or_sample(data, "valid", "pop100", seed=7, cache_dir=None)  # drawn afresh, not read back
+    split = LeaveOneOutSplit(toy_data())
+    first = load_or_sample(split, "valid", "pop100", seed=7, cache_dir=tmp_path)
+    again = load_or_sample(split, "valid", "pop100", seed=7, cache_dir=None)  # drawn afresh, not read back
     assert np.array_equal(first, again)
     assert len(list(tmp_path.glob("negatives-*-valid-pop100-n100-seed7.npy"))) == 1
-    assert not np.array_equal(first, load_or_sample(data, "valid", "pop100", seed=8, cache_dir=None))
-    assert not np.array_equal(first, load_or_sample(data, "test", "pop100", seed=7, cache_dir=None))
+    assert not np.array_equal(first, load_or_sample(split, "valid", "pop100", seed=8, cache_dir=None))
+    assert not np.array_equal(first, load_or_sample(split, "test", "pop100", seed=7, cache_dir=None))
 
 
 def test_popularity_negatives_follow_interaction_counts():
@@ -151,12 +151,13 @@ def test_popularity_negatives_follow_interaction_counts():
         rest = rng.choice(np.arange(2, 1001), size=4, replace=False)
         sequences.append(np.r_[1, rest] if user < 200 else rest)
     data = SequenceData.from_sequences("skewed", sequences, n_items=1000)
-    weights = candidate_weights(data, "pop100")
+    weights = candidate_weights(LeaveOneOutSplit(data), "test", "pop100")
     negatives = sample_negatives(data, weights, 100, np.random.default_rng(1))
     # For users who did not see item 1, it carries 200 of ~1800 units of weight: almost surely drawn.
     assert np.isin(1, negatives[200:]) and (negatives[200:] == 1).any(axis=1).mean() > 0.99
     # Uniform sampling picks item 1 only about 100/996 of the time.
-    uniform = sample_negatives(data, candidate_weights(data, "uni100"), 100, np.random.default_rng(1))
+    uniform = sample_negatives(data, candidate_weights(LeaveOneOutSplit(data), "test", "uni100"), 100,
+                               np.random.default_rng(1))
     assert 0.05 < (uniform[200:] == 1).any(axis=1).mean() < 0.16
 
 
@@ -168,15 +169,16 @@ def test_pop100_popularity_counts_every_split_not_only_the_training_prefixes():
     sequences = [np.r_[rng.choice(np.arange(2, 1001), size=4, replace=False), [1] if user < 200 else []]
                  for user in range(400)]
     data = SequenceData.from_sequences("last", sequences, n_items=1000)
-    assert candidate_weights(data, "pop100")[1] == 200
-    negatives = load_or_sample(data, "test", "pop100", seed=0, cache_dir=None, progress=False)
+    assert candidate_weights(LeaveOneOutSplit(data), "test", "pop100")[1] == 200
+    negatives = load_or_sample(LeaveOneOutSplit(data), "test", "pop100", seed=0, cache_dir=None, progress=False)
     assert (negatives[200:] == 1).any(axis=1).mean() > 0.99 and not (negatives[:200] == 1).any()
 
 
 def test_too_few_items_for_negatives_is_a_clear_error():
     data = SequenceData.from_sequences("tiny", [[1, 2, 3], [2, 3, 4]], n_items=50)
     with pytest.raises(ValueError, match="leaves only 47 items"):
-        sample_negatives(data, candidate_weights(data, "uni100"), 100, np.random.default_rng(0))
+        sample_negatives(data, candidate_weights(LeaveOneOutSplit(data), "test", "uni100"), 100,
+                         np.random.default_rng(0))
 
 
 def test_split_views_never_contain_the_test_item():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from recbench.benchmarks.negatives import load_or_sample
-from recbench.datasets import generate, load_dataset, progress, read_interactions
+from recbench.datasets import LeaveOneOutSplit, generate, load_dataset, progress, read_interactions
 
 
 @pytest.fixture
@@ -15,9 +15,9 @@ def no_delay(monkeypatch):
 
 def test_negative_sampling_shows_users_done(no_delay, capsys):
     data = generate(300, 200, 12.0, seed=0, name="toy")
-    first = load_or_sample(data, "test", "pop100", 0, None)
+    first = load_or_sample(LeaveOneOutSplit(data), "test", "pop100", 0, None)
     assert "toy: sampling pop100 test negatives" in capsys.readouterr().err
-    again = load_or_sample(data, "test", "pop100", 0, None, progress=False)
+    again = load_or_sample(LeaveOneOutSplit(data), "test", "pop100", 0, None, progress=False)
     assert capsys.readouterr().err == ""
     assert np.array_equal(first, again)  # the bar changes nothing drawn
 

@@ -715,7 +715,7 @@ HAND_HR = {"bert4rec": 0.5, "sasrec": 0.4, "gru4rec": 0.3, "pop": 0.1}
 def hand_split_row(folder: Path, split: str, model: str, seed: int = 0, **changes) -> dict:
     """A full-ranking row with hand-set metrics (no per-user file): NDCG@10 and HR@10 above, and beyond-accuracy
     values that tell the models apart (POP's lists the most popular)."""
-    row = ranking_row(folder, "ml-1m", model, seed, protocol="full", with_per_user=False, split=split)
+    row = ranking_row(folder, "ml-1m", model, seed, protocol="full", with_per_user=False, split_scheme=split)
     popular = {"pop": 900.0, "gru4rec": 700.0, "sasrec": 400.0, "bert4rec": 300.0}[model]
     row["metrics"] = {"HR@10": HAND_HR[model] / (1 if split == "leave-one-out" else 2),
                       "NDCG@10": HAND_NDCG[split][model], "Coverage@10": 0.05 if model == "pop" else 0.4,
@@ -731,11 +731,10 @@ def split_folder(folder: Path, splits=("leave-one-out", "temporal"), seeds=(0,))
 
 
 def test_a_rows_split_is_leave_one_out_unless_it_names_another_and_splits_never_supersede_each_other(tmp_path):
-    rows = [ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split=split)
-            for split in ("test", "temporal", "test")]
-    del rows[0]["split"]  # a row written before the field: leave-one-out too
-    rows[2]["split_scheme"] = "temporal"  # the scheme named beside the view evaluated
-    rows.append(ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split="test"))  # the view: leave-one-out
+    rows = [ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split_scheme=scheme)
+            for scheme in ("leave-one-out", "temporal", "temporal")]
+    del rows[0]["split_scheme"]  # a row written before the field: leave-one-out
+    rows.append(ranking_row(tmp_path, "ml-1m", "sasrec", 0, protocol="full", split_scheme="leave-one-out"))
     results = load_results(write_results(tmp_path, rows))
     assert sorted(row.split for row in results.rows) == ["leave-one-out", "temporal"]
     # The fourth line replaced the first and the third the second; no row of one split replaced the other's.
@@ -774,7 +773,7 @@ def test_paired_tests_between_neighbours_of_each_ordering_are_holm_corrected(tmp
     spread = RankCounts(users, rng.integers(0, 16, 60), np.zeros(60, dtype=np.int64))  # some beyond the top 10
     counts = {"bert4rec": RankCounts(users, np.zeros(60, dtype=np.int64), np.zeros(60, dtype=np.int64)),
               "sasrec": spread, "gru4rec": spread, "pop": RankCounts(users, np.full(60, 200), np.zeros(60, dtype=int))}
-    rows = [ranking_row(tmp_path, "ml-1m", model, 0, protocol="full", counts=counts[model], split=split)
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, protocol="full", counts=counts[model], split_scheme=split)
             for split in ("leave-one-out", "temporal") for model in counts]
     generate_report(write_results(tmp_path, rows))
     _, body = parse_markdown(tmp_path / "tables" / "splits_side_by_side.md")

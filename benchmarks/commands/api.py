@@ -24,8 +24,10 @@ and the other way round. It works from any directory once the suite is installed
 - ``settings``: ``--set`` strings (``"hidden=128"``, ``"MyRec:lr=1e-3"``).
 - the fields of :class:`~benchmarks.options.RunOptions` (``profile``, ``protocols``, ``device``, ``data_dir``,
   ``cache_dir``, ``config_files``, ``resume``, ``n_jobs``, ``threads``, ``dask_scheduler``, ``keep_checkpoints``,
-  ``compile``, ``progress``) as keywords of their own, which ``help(run)`` lists with their defaults; a keyword
-  ``run`` does not take is one line naming those it does.
+  ``compile``, ``progress``, ``split``) as keywords of their own, which ``help(run)`` lists with their defaults; a
+  keyword ``run`` does not take is one line naming those it does. ``split="temporal"`` runs the global temporal
+  split at the default cuts; ``split=SplitSpec("temporal", quantiles=(0.7, 0.85))`` or ``cut_times=(t1, t2)`` at
+  others (``datasets.splits``); its rows, like the command line's, name it in ``split_scheme``.
 
 It returns one row per line of ``results.jsonl`` that belongs to the grid (rows kept by ``resume`` included), in
 the order of the jobs: every field of the line as a column (results/README.md), and each metric as a column of its
@@ -51,9 +53,11 @@ from recbench.benchmarks.store import ResultStore
 from recbench.datasets import InteractionLog, LogFormat, log_entries
 from recbench.datasets.errors import unknown
 from recbench.datasets.logs import check_log_name
+from recbench.datasets.splits import LEAVE_ONE_OUT, SplitSpec
 from recbench.models import model_name_of
 
-__all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat"]
+__all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat",
+           "SplitSpec"]
 
 
 class JobsFailed(RuntimeError):
@@ -88,6 +92,8 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
     - ``protocols``: the test protocols, of ``"full"``, ``"pop100"``, ``"uni100"`` (default: full and pop100; the
       relevance task: its pairs).
     - ``config_files``: ``--config`` TOML files, applied in order over the suite's configs.
+    - ``split``: ``"leave-one-out"`` (default, the paper's) or ``"temporal"`` (the global temporal split at the
+      80% and 90% quantiles of the interaction times), or a ``SplitSpec`` with other cuts (``datasets.splits``).
 
     Where and how it runs:
 
@@ -110,8 +116,7 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
     fmt = LogFormat(**log_format) if isinstance(log_format, dict) else (log_format or LogFormat())
     names, logs = _datasets(datasets, fmt)
     model_names = [model if isinstance(model, str) else model_name_of(model) for model in _listed(models)]
-    output = Path(output or Path("results") / f"{'-'.join(names)}{'-relevance' if task == RELEVANCE else ''}"
-                                              f"-{options['profile']}")
+    output = Path(output or default_output(names, task, options))
     command = ["recbench.benchmarks.api.run", f"datasets={names}", f"models={model_names}", f"seeds={list(seeds)}",
                f"task={task}", *(f"--set {text}" for text in settings)]
     run_options = RunOptions(output=output, logs=logs, command=command, **options)
@@ -124,6 +129,14 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
                          f"{output / 'failed.jsonl'}): "
                          + "; ".join(f"{outcome.run_id}: {outcome.error}" for outcome in result.failed), results)
     return results
+
+
+def default_output(names: list[str], task: str, options: dict) -> Path:
+    """``results/<datasets>[-relevance]-<profile>[-<split>]``, the split named where it is not leave-one-out."""
+    split = options["split"]
+    scheme = split if isinstance(split, str) else split.scheme
+    return Path("results") / (f"{'-'.join(names)}{'-relevance' if task == RELEVANCE else ''}-{options['profile']}"
+                              f"{'' if scheme == LEAVE_ONE_OUT else '-' + scheme}")
 
 
 # The fields of RunOptions that run takes as keywords, with their defaults (protocols: None, chosen by the task); run

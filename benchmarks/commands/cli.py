@@ -17,13 +17,25 @@ from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.store import ResultStore
+from recbench.datasets.splits import LEAVE_ONE_OUT, SCHEMES, SplitSpec
 from recbench.reports import generate_report
 
 EXIT_FAILED_JOBS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """Options of every grid command: data, output, resume, parallelism, diagnostics."""
+    """Options of every grid command: the split, data, output, resume, parallelism, diagnostics."""
+    parser.add_argument("--split", default=LEAVE_ONE_OUT, choices=SCHEMES,
+                        help="leave-one-out: each user's last item is the test target, the one before it the "
+                             "validation target (the paper's; default); temporal: a global temporal split at two cut "
+                             "times, models trained on the interactions before the first (PROTOCOL.md, \"Temporal "
+                             "split\"); needs data with times")
+    cuts = parser.add_mutually_exclusive_group()
+    cuts.add_argument("--cut-quantiles", nargs=2, type=float, default=None, metavar=("Q1", "Q2"),
+                      help="--split temporal: the cuts at these quantiles of the interaction times (default 0.8 0.9)")
+    cuts.add_argument("--cut-times", nargs=2, type=int, default=None, metavar=("T1", "T2"),
+                      help="--split temporal: the cuts at these times, in the data's unit (unix seconds for "
+                           "MovieLens and Amazon, days since 0001-01-01 for Steam, a log's own numbers)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     parser.add_argument("--data-dir", default=None,
                         help="folder with local dataset files (else $RECBENCH_DATA_DIR, else download)")
@@ -66,7 +78,19 @@ def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Pa
                       config_files=tuple(args.config_files), device=args.device, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, resume=args.resume, n_jobs=args.jobs, threads=args.threads,
                       dask_scheduler=args.dask_scheduler, keep_checkpoints=args.keep_checkpoints,
-                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}))
+                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args))
+
+
+def split_spec(args: argparse.Namespace) -> SplitSpec:
+    """The :class:`SplitSpec` of ``--split``, ``--cut-quantiles`` and ``--cut-times``."""
+    return SplitSpec(args.split, quantiles=tuple(args.cut_quantiles) if args.cut_quantiles else None,
+                     cut_times=tuple(args.cut_times) if args.cut_times else None)
+
+
+def output_suffix(args: argparse.Namespace) -> str:
+    """What a command's default output folder name gains for its split: nothing for leave-one-out, so that its
+    folders stay where they were, else ``-temporal``; rows of both splits never share a folder by default."""
+    return "" if args.split == LEAVE_ONE_OUT else f"-{args.split}"
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
@@ -118,10 +142,19 @@ def print_plan(planned: list, store=None) -> None:
         action = "skip (done)" if store is not None and store.done(job.key, job.protocols) else "run"
         described = job.describe()
         print(f"[{number}/{len(planned)}] {job.run_id}  key {job.key[:12]}  {action}\n"
-              f"    protocols: {' '.join(job.protocols)}  profile: {job.profile}\n"
+              f"    protocols: {' '.join(job.protocols)}  profile: {job.profile}{_split_text(job.split)}\n"
               f"    model: {settings(described['hyperparameters']) or '(no settings)'}\n"
               f"    train: {settings(described['train_settings']) if described['train_settings'] else '(no training)'}")
     print(f"{len(planned)} job(s); nothing was run (--dry-run)")
+
+
+def _split_text(record: dict | None) -> str:
+    """The plan's words for a job's split: nothing for leave-one-out, else the scheme and its cut times."""
+    if record is None:
+        return ""
+    first, second = record["cut_times"]
+    quantiles = f" (quantiles {' '.join(f'{q:g}' for q in record['quantiles'])})" if record["quantiles"] else ""
+    return f"  split: {record['scheme']}, cut times {first} and {second}{quantiles}"
 
 
 def guard(main: Callable[[], int], debug: bool) -> int:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
+from recbench.benchmarks.commands.cli import add_run_options, guard, output_suffix, run_grid, run_options
 from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
 from recbench.benchmarks.estimate import duration, estimate_jobs, reference_stops
 from recbench.benchmarks.evaluator import PROTOCOLS
@@ -336,8 +336,9 @@ def main(argv=None) -> int:
 
     def run() -> int:
         jobs = build_jobs(args)
-        output = Path(args.output or Path("results") / f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}")
-        print(f"{args.study}: {len(jobs)} job(s), profile {args.profile} -> {output}/")
+        output = Path(args.output or Path("results") / (f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}"
+                                                        f"{output_suffix(args)}"))
+        print(f"{args.study}: {len(jobs)} job(s), profile {args.profile}, split {args.split} -> {output}/")
         options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
         planned, datasets = plan_grid(jobs, options)
         estimates = (estimate_jobs(planned, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,

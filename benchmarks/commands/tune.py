@@ -5,6 +5,7 @@ BERT4Rec §4.3), then test the chosen settings once against the defaults. See be
     python -m benchmarks.tune --datasets synthetic --models bprmf --trials 3 --output DIR   # seconds; then --resume
     python -m benchmarks.tune --datasets ml-1m --models bprmf --sampler grid --space lr=none --space sample_alpha=none
     python -m benchmarks.tune --datasets ml-100k --models sasrec --budget-cpu 120 --space 'hidden=[32, 64]'
+    python -m benchmarks.tune --datasets ml-100k --models sasrec --trials 10 --split temporal
 
 Writes into the output folder: tuning.db (the studies; --storage URL for several machines), tuned.toml (the chosen
 settings, for --config), tuning.json (every trial, for the report), and the final runs' results.jsonl.
@@ -15,7 +16,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from recbench.benchmarks.commands.cli import EXIT_FAILED_JOBS, EXIT_INTERRUPTED, add_run_options, guard, run_options
+from recbench.benchmarks.commands.cli import (
+    EXIT_FAILED_JOBS,
+    EXIT_INTERRUPTED,
+    add_run_options,
+    guard,
+    output_suffix,
+    run_options,
+)
 from recbench.benchmarks.config import PROFILES, toml_value
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import GridInterrupted
@@ -55,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         except ValueError as error:
             parser.error(str(error))
     if args.output is None:
-        args.output = str(Path("results") / f"tune-{'-'.join(args.datasets)}-{args.profile}")
+        args.output = str(Path("results") / f"tune-{'-'.join(args.datasets)}-{args.profile}{output_suffix(args)}")
     return args
 
 
