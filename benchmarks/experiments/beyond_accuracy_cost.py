@@ -24,7 +24,7 @@ from benchmarks.experiments.speed_transformers import ROOT, load_average, write_
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.metrics import DEFAULT_METRICS, list_metric_names
-from recbench.benchmarks.provenance import describe_device
+from recbench.benchmarks.provenance import describe_device, git_commit
 from recbench.benchmarks.trainer import resolve_device
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         print(f"{name:>8}: {row['median_seconds_without']:7.2f} s without, {row['median_seconds_with']:7.2f} s with "
               f"the list metrics ({row['median_added_percent']:+.1f}%; load {load_average()})", flush=True)
     write_report(args.output, "beyond_accuracy_cost", argv, args.threads, results, dataset=args.dataset,
-                 data_sha256=data.content_sha256(), rounds=args.rounds,
+                 data_sha256=data.content_sha256(), rounds=args.rounds, commit=git_commit(),
                  description="Full-ranking test pass of every user with the ranking metrics alone and with the "
                              "beyond-accuracy metrics beside them (k = 1, 5, 10), interleaved; untrained models.")
     return 0
