@@ -302,27 +302,21 @@ class Evaluator:
         target_scores = scores.gather(1, targets[:, None]).float()
         above, equal, highest = compare_rows(scores, target_scores)
         self._check_highest(highest, model_name)
-        # The counts covered every column. Taken back out: padding (column 0) and each distinct item of the input
-        # history (except the target, which stays a candidate when it was consumed before), plus the target
-        # itself, which equals its own score.
+        # The counts covered every column. Taken back out: padding (column 0), each distinct item of the input
+        # history (except the target, which stays a candidate when it was consumed before) and the items no user
+        # of the view may get (the temporal split's new items), plus the target itself, which equals its own score.
         history_rows, history_items = view.flat(chunk)
         kept = history_items != view.targets[chunk][history_rows]
         padding = np.arange(len(chunk), dtype=np.int64) * n_slots
-        keys = np.concatenate([padding, history_rows[kept] * n_slots + history_items[kept]])
-        keys = torch.unique(torch.from_numpy(keys).to(scores.device))  # a repeated history item counts once
+        keys = [padding, history_rows[kept] * n_slots + history_items[kept]]
+        if full.excluded is not None:
+            keys.append((padding[:, None] + full.excluded.numpy()[None, :]).reshape(-1))
+        keys = torch.unique(torch.from_numpy(np.concatenate(keys)).to(scores.device))  # a repeated item counts once
         rows, items = keys // n_slots, keys % n_slots
         excluded_scores, reference = scores[rows, items].float(), target_scores[rows, 0]
         above, equal = above.to(scores.device), equal.to(scores.device)
         greater = above - torch.bincount(rows[excluded_scores > reference], minlength=len(chunk))
         ties = equal - 1 - torch.bincount(rows[excluded_scores == reference], minlength=len(chunk))
-        if full.excluded is not None:  # items no user may get here; disjoint from every history and target
-            excluded = full.excluded.to(scores.device)
-            columns = scores[:, excluded].float()
-            greater = greater - (columns > target_scores).sum(1)
-            ties = ties - (columns == target_scores).sum(1)
-            keys = torch.unique(torch.cat([keys, (torch.arange(len(chunk), device=scores.device)[:, None] * n_slots
-                                                  + excluded[None, :]).reshape(-1)]))
-            rows, items = keys // n_slots, keys % n_slots
         if full.lists is not None:  # the lists are drawn from the same candidates as the target's rank
             full.lists.add(*list_entries(scores, rows, items, full.lists.depth))
         return greater, ties
