@@ -27,6 +27,7 @@ import io
 import json
 import os
 import socket
+import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -88,13 +89,20 @@ class ClaimedElsewhere(OSError):
     """Another live process holds the claim on a job (:func:`claimed`): it is running that job now."""
 
 
+# How long a claim held by another process is retried before the job is refused: a process killed a moment ago
+# keeps its lock until the last of its threads has exited, which can lag its main thread (a grid that resubmits
+# the job of a killed worker, a --resume right after kill -9).
+CLAIM_PATIENCE_S = 3.0
+
+
 @contextmanager
-def claimed(path: Path, holder: str):
+def claimed(path: Path, holder: str, patience_s: float = CLAIM_PATIENCE_S):
     """Hold the claim file ``path`` exclusively while the block runs, with ``holder`` (who runs the job) written
-    in it; raise :class:`ClaimedElsewhere` with the text of the process that holds it. The lock belongs to the
-    open file, so the kernel frees it when its process ends, however it ends (kill -9 included): a claim never
-    outlives its process, and a resumed run takes it over."""
+    in it; raise :class:`ClaimedElsewhere` with the text of the process that holds it after ``patience_s``. The
+    lock belongs to the open file, so the kernel frees it when its process ends, however it ends (kill -9
+    included): a claim never outlives its process, and a resumed run takes it over."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + patience_s
     while True:
         handle = open(path, "a+")
         try:
@@ -103,7 +111,10 @@ def claimed(path: Path, holder: str):
             handle.seek(0)
             text = handle.read().strip() or "another process"
             handle.close()
-            raise ClaimedElsewhere(text) from None
+            if time.monotonic() >= deadline:
+                raise ClaimedElsewhere(text) from None
+            time.sleep(0.1)
+            continue
         if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
             break
         handle.close()  # its last holder removed the file after this process opened it: claim the new one

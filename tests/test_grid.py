@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import run_all
-from recbench.benchmarks.store import read_results
+from recbench.benchmarks.store import ClaimedElsewhere, claimed, read_results
 from tests.helpers import ROOT, SHARED_DATA, dask_cluster, requires_shared_data, wait_for
 
 # Small, deterministic jobs on the built-in synthetic data: budgets in epochs, no wall-clock cap.
@@ -337,6 +337,31 @@ def test_killing_the_driver_then_resume_loses_and_duplicates_nothing(tmp_path, j
     assert_each_result_once(tmp_path)
     sasrec = next(row for row in rows(tmp_path) if row["model"] == "sasrec")
     assert sasrec["resumed_from_epoch"] >= 1
+
+
+def test_a_claim_waits_a_moment_for_a_dying_holder_and_refuses_a_live_one(tmp_path):
+    """A killed process frees its claim only when its last thread has exited: a claim taken in that moment waits
+    for it (here the holder lets go after 0.5 s) instead of refusing the job; a holder that stays is named."""
+    path = tmp_path / "job.claim"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import fcntl, sys, time
+handle = open({str(path)!r}, "a+"); fcntl.flock(handle, fcntl.LOCK_EX); handle.write("process 1 on host")
+handle.flush(); print("held", flush=True); time.sleep(float(sys.argv[1]))""", "0.5"], stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"held\n"
+    with claimed(path, "me"):
+        assert path.read_text() == "me"
+    holder.wait(timeout=30)
+    stays = subprocess.Popen(holder.args[:-1] + ["60"], stdout=subprocess.PIPE)
+    try:
+        assert stays.stdout.readline() == b"held\n"
+        started = time.monotonic()
+        with pytest.raises(ClaimedElsewhere, match="^process 1 on host$"):
+            with claimed(path, "me", patience_s=0.3):
+                pass
+        assert time.monotonic() - started >= 0.3
+    finally:
+        stays.kill()
+        stays.wait(timeout=30)
 
 
 def test_a_resume_beside_a_run_still_going_leaves_it_the_job_and_then_resumes_it(tmp_path, capsys):
