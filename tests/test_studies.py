@@ -10,6 +10,7 @@ from torch import nn
 from recbench.benchmarks.commands.studies import (
     ABLATIONS,
     ablation_jobs,
+    at_once,
     build_jobs,
     cloze_jobs,
     main,
@@ -278,6 +279,15 @@ def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp
     assert "if it stops where the converged sasrec run on chain did (epoch 3" in sasrec.describe()
     text = "\n".join(plan_lines(planned, {job.key: sasrec for job in planned}))
     assert "≈ " in text.splitlines()[-1] and f"≤ {duration(sasrec.seconds)} if every job runs to its cap" in text
+    assert "at once" not in text
+    two = plan_lines(planned, {job.key: sasrec for job in planned}, n_jobs=2)[-1]
+    assert two.startswith("with 2 jobs at once: ≈ ") and f"(≤ {duration(sasrec.seconds)})" in two  # one job: its own
+
+
+def test_jobs_at_once_share_the_sum_but_never_beat_the_longest_job():
+    assert at_once([2.0, 2.0, 2.0, 2.0], 2) == 4.0
+    assert at_once([5.0, 1.0, 1.0, 1.0], 2) == 5.0  # the longest job runs on its own core all along
+    assert at_once([3.0, 3.0], 1) == 6.0 and at_once([], 3) == 0.0
 
 
 # -------------------------------------------------------------------------------------------- end to end

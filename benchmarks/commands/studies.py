@@ -250,9 +250,16 @@ def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
     return f"{metric}\n\n" + tabulate(table, headers=headers, tablefmt="github") + "\n"
 
 
-def plan_lines(planned: list, estimates: dict | None = None) -> list[str]:
+def at_once(seconds: list[float], n_jobs: int) -> float:
+    """Wall time of jobs of ``seconds`` each, ``n_jobs`` at a time: their sum shared out, but never less than the
+    longest of them (each timed alone on its share of the cores, so concurrent jobs' contention is not in it)."""
+    return max(sum(seconds) / n_jobs, max(seconds, default=0.0))
+
+
+def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1) -> list[str]:
     """The study's plan, one entry per job: what the study sets (its overrides, the tied values among them), what
-    an ablation row removes, and the estimated training time (:mod:`benchmarks.estimate`) when given."""
+    an ablation row removes, and the estimated training time (:mod:`benchmarks.estimate`) when given; with
+    ``n_jobs`` above 1 also the time with that many jobs at once."""
     lines = []
     for number, job in enumerate(planned, start=1):
         spec = job.job
@@ -268,15 +275,22 @@ def plan_lines(planned: list, estimates: dict | None = None) -> list[str]:
         if estimates is not None and job.key in estimates:
             lines.append(f"    estimated training: {estimates[job.key].describe()}")
     if estimates:
-        total = sum(estimate.seconds or 0.0 for estimate in estimates.values())
+        capped = [estimate.seconds or 0.0 for estimate in estimates.values()]
+        total = sum(capped)
         if any(estimate.expected is not None for estimate in estimates.values()):
-            likely = sum(estimate.likely or 0.0 for estimate in estimates.values())
-            lines.append(f"estimated training in all: ≈ {duration(likely)} one job after another if each "
+            likely = [estimate.likely or 0.0 for estimate in estimates.values()]
+            lines.append(f"estimated training in all: ≈ {duration(sum(likely))} one job after another if each "
                          f"early-stopped job stops where its converged reference run did (the others at their "
                          f"figure); ≤ {duration(total)} if every job runs to its cap (validation not included)")
+            if n_jobs > 1:
+                lines.append(f"with {n_jobs} jobs at once: ≈ {duration(at_once(likely, n_jobs))} (≤ "
+                             f"{duration(at_once(capped, n_jobs))}), each job timed alone on its share of the cores")
         else:
             lines.append(f"estimated training in all: {duration(total)} one job after another (validation not "
                          f"included; an early-stopped job's figure is an upper bound)")
+            if n_jobs > 1:
+                lines.append(f"with {n_jobs} jobs at once: {duration(at_once(capped, n_jobs))}, each job timed alone "
+                             f"on its share of the cores")
     return lines
 
 
@@ -343,7 +357,7 @@ def main(argv=None) -> int:
         planned, datasets = plan_grid(jobs, options)
         estimates = (estimate_jobs(planned, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
                                    stops=reference_stops()) if args.estimate else None)
-        print(*plan_lines(planned, estimates), sep="\n")
+        print(*plan_lines(planned, estimates, args.jobs), sep="\n")
 
         def table(rows: list[dict]) -> str:
             text = study_table(rows)
