@@ -52,10 +52,24 @@ def section_rows(results: ResultSet) -> list[Row]:
     return results.select(study="main", task=RANKING, protocol=PROTOCOL)
 
 
-def _split_note(splits: list[str]) -> str:
+def _split_note(splits: list[str], rows: list[Row]) -> str:
+    """What the values are, with the users each dataset's split evaluated: a split that leaves few users (a
+    temporal split of a small log) shows it where its values are read."""
     shown = " and ".join(names.split_name(s) for s in splits)
+    counts = []
+    for dataset in names.order_datasets({r.dataset for r in rows}):
+        found = []
+        for split in splits:
+            users = sorted({r.get("users_evaluated") for r in rows
+                            if (r.dataset, r.split) == (dataset, split) and r.get("users_evaluated") is not None})
+            if users:
+                span = f"{users[0]:,}" if len(users) == 1 else f"{users[0]:,}–{users[-1]:,}"
+                found.append(f"{names.split_name(split)} {span}")
+        if found:
+            counts.append(f"{names.dataset_name(dataset)}: {', '.join(found)}")
+    evaluated = f" (users evaluated, {'; '.join(counts)})" if counts else ""
     return (f"Protocol {PROTOCOL} (each target ranked among all its candidate items); the test targets of the {shown} "
-            f"split{'s' if len(splits) > 1 else ''}; means over the evaluated users.")
+            f"split{'s' if len(splits) > 1 else ''}; means over the evaluated users{evaluated}.")
 
 
 def _orderings(cells: dict[str, Cell]) -> list[str]:
@@ -107,7 +121,7 @@ def side_by_side_table(results: ResultSet, per_user: PerUser, alpha: float = 0.0
                        for m in models]
     mark_significance(tests, alpha)
     smoke_title, smoke_notes = smoke_label(results, rows)
-    notes = [*smoke_notes, _split_note(splits),
+    notes = [*smoke_notes, _split_note(splits, rows),
              f"place: the model's place among the dataset's models under that split, by {ORDER_METRIC} (1: best).",
              "Bold: best; underlined: second best (per dataset and column).",
              significance_note(alpha, len(tests), "each model and the next one below it in the same column")]
@@ -147,7 +161,7 @@ def kendall_table(results: ResultSet) -> Table | None:
     smoke_title, smoke_notes = smoke_label(results, rows)
     return Table("splits_kendall", f"Agreement of the {names.split_name(first)} and {names.split_name(second)} "
                  f"orderings, protocol {PROTOCOL}{smoke_title}", ["Dataset", "Metric", "Models", "Kendall's τ", "p"],
-                 table_rows, notes=[*smoke_notes, _split_note([first, second]),
+                 table_rows, notes=[*smoke_notes, _split_note([first, second], rows),
                                     "Kendall's τ-b between the two orderings of the models with a result under both "
                                     "splits (means over seeds): +1 the same order, −1 reversed; p: scipy's two-sided "
                                     "test of τ = 0 (exact for few models without ties). –: fewer than two models."])
@@ -178,7 +192,7 @@ def beyond_accuracy_table(results: ResultSet) -> Table | None:
                                    *(value_cell(s, digits=1 if metric.startswith("ARP") else 4)
                                      for metric, s in zip(metrics, found))])
     smoke_title, smoke_notes = smoke_label(results, rows)
-    notes = [*smoke_notes, _split_note(splits),
+    notes = [*smoke_notes, _split_note(splits, rows),
              f"Each user's top {LIST_CUTOFF} among the same candidates as its target, ties across the list's end "
              f"shared (PROTOCOL.md, \"Beyond accuracy\"); popularity from the training interactions only."]
     notes += [f"{kind}@{LIST_CUTOFF}: {MEANINGS[kind]}." for kind in LIST_METRICS]

@@ -722,6 +722,7 @@ def hand_split_row(folder: Path, split: str, model: str, seed: int = 0, **change
                       "Gini@10": 0.99 if model == "pop" else 0.8, "ARP@10": popular + seed,
                       "APLT@10": 0.0 if model == "pop" else 0.2, "Novelty@10": 1.5 if model == "pop" else 4.0,
                       **changes}
+    row["users_evaluated"] = 6040 if split == "leave-one-out" else 120  # a temporal split tests fewer users
     return row
 
 
@@ -762,6 +763,9 @@ def test_the_models_side_by_side_and_kendalls_tau_by_hand(tmp_path):
     assert plain(table2[("ML-1m", "NDCG@10")]["SASRec"]) == "0.2500"
     assert "The paper's tables and figures show the leave-one-out split" in report
     assert "split: leave-one-out (4 rows), global temporal (4 rows)" in report
+    for table in ("splits_side_by_side", "splits_kendall", "beyond_accuracy"):  # how many users each value rests on
+        assert "(users evaluated, ML-1m: leave-one-out 6,040, global temporal 120)" in (
+            tmp_path / "tables" / f"{table}.md").read_text()
     all_tables = (tmp_path / "tables" / "all_tables.tex").read_text()
     assert all(rf"\input{{{name}}}" in all_tables for name in ("splits_side_by_side", "splits_kendall",
                                                                 "beyond_accuracy"))
