@@ -237,7 +237,8 @@ def prepare_negatives(planned: list[PlannedJob], datasets: dict[str, SequenceDat
     needed, splits = {}, {}
     for job in planned:
         seed, name = job.job.seed, job.job.dataset
-        splits.setdefault(name, job.data_split(datasets[name]))  # one split per dataset: a grid has one scheme
+        if name not in splits:  # one split per dataset: a grid has one scheme
+            splits[name] = job.data_split(datasets[name])
         for protocol in job.protocols:
             if protocol in SAMPLED_PROTOCOLS or protocol == PAIRS:
                 needed[(name, "test", protocol, seed)] = None

@@ -219,7 +219,8 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     if not payload.test:  # a tuning trial: the test split is never evaluated
         return [_validation_row(planned, {**facts, **_split_fields(split, "valid")}, fit)], {}, fit.epochs_run > 0
     tests = _test(model, planned, evaluator, pairs)
-    rows = [_result_row({**facts, **_split_fields(split, "test")}, test, log) for test in tests]
+    facts.update(_split_fields(split, "test"))
+    rows = [_result_row(facts, test, log) for test in tests]
     files = {test.per_user_file: test.arrays for test in tests}
     files.update(_extra_files(model, payload, evaluator, rows))
     return rows, files, fit.epochs_run > 0
