@@ -16,11 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from recbench.benchmarks.commands.cli import add_run_options, guard, output_suffix, run_grid, run_options
+from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
 from recbench.benchmarks.config import PROFILES
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import TASKS, Job
 from recbench.benchmarks.negatives import PAIRS
+from recbench.benchmarks.options import output_suffix
 from recbench.datasets import DATASET_NAMES, log_entries, log_format
 from recbench.datasets.errors import unknown
 from recbench.models import model_class, model_names
@@ -82,7 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         check("protocol", args.protocols, PROTOCOLS)
     if args.output is None:
         task = "-relevance" if relevance else ""
-        args.output = str(Path("results") / f"{'-'.join(args.datasets)}{task}-{args.profile}{output_suffix(args)}")
+        args.output = str(Path("results") / (f"{'-'.join(args.datasets)}{task}-{args.profile}"
+                                             f"{output_suffix(args.split)}"))
     return args
 
 

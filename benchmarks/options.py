@@ -17,7 +17,7 @@ from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.negatives import PAIRS
 from recbench.benchmarks.trainer import resolve_device
 from recbench.datasets.errors import unknown
-from recbench.datasets.splits import SplitSpec
+from recbench.datasets.splits import LEAVE_ONE_OUT, SplitSpec
 
 
 @dataclass
@@ -71,3 +71,9 @@ class RunOptions:
         except (RuntimeError, ValueError) as error:
             found.append(str(error))
         return found
+
+
+def output_suffix(scheme: str) -> str:
+    """What a default output folder name gains for the split ``scheme``: nothing for leave-one-out, so that its
+    folders stay where they were, else ``-temporal``; rows of both splits never share a folder by default."""
+    return "" if scheme == LEAVE_ONE_OUT else f"-{scheme}"

@@ -47,13 +47,13 @@ from recbench.benchmarks.commands.check_model import ModelCheckError, check_mode
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.jobs import TASKS, GridError, Job
 from recbench.benchmarks.negatives import PAIRS
-from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.options import RunOptions, output_suffix
 from recbench.benchmarks.relevance import TASK as RELEVANCE
 from recbench.benchmarks.store import ResultStore
 from recbench.datasets import InteractionLog, LogFormat, log_entries
 from recbench.datasets.errors import unknown
 from recbench.datasets.logs import check_log_name
-from recbench.datasets.splits import LEAVE_ONE_OUT, SplitSpec
+from recbench.datasets.splits import SplitSpec
 from recbench.models import model_name_of
 
 __all__ = ["run", "JobsFailed", "GridError", "check_model", "ModelCheckError", "InteractionLog", "LogFormat",
@@ -134,9 +134,8 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
 def default_output(names: list[str], task: str, options: dict) -> Path:
     """``results/<datasets>[-relevance]-<profile>[-<split>]``, the split named where it is not leave-one-out."""
     split = options["split"]
-    scheme = split if isinstance(split, str) else split.scheme
     return Path("results") / (f"{'-'.join(names)}{'-relevance' if task == RELEVANCE else ''}-{options['profile']}"
-                              f"{'' if scheme == LEAVE_ONE_OUT else '-' + scheme}")
+                              f"{output_suffix(split if isinstance(split, str) else split.scheme)}")
 
 
 # The fields of RunOptions that run takes as keywords, with their defaults (protocols: None, chosen by the task); run

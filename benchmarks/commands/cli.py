@@ -87,12 +87,6 @@ def split_spec(args: argparse.Namespace) -> SplitSpec:
                      cut_times=tuple(args.cut_times) if args.cut_times else None)
 
 
-def output_suffix(args: argparse.Namespace) -> str:
-    """What a command's default output folder name gains for its split: nothing for leave-one-out, so that its
-    folders stay where they were, else ``-temporal``; rows of both splits never share a folder by default."""
-    return "" if args.split == LEAVE_ONE_OUT else f"-{args.split}"
-
-
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
              plan: tuple | None = None) -> int:
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them), then write ``table.md`` (``table(rows)``

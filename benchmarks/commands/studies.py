@@ -36,11 +36,12 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from recbench.benchmarks.commands.cli import add_run_options, guard, output_suffix, run_grid, run_options
+from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
 from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
 from recbench.benchmarks.estimate import duration, estimate_jobs, reference_stops
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.options import output_suffix
 from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.tuning.space import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.models import model_class
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
     def run() -> int:
         jobs = build_jobs(args)
         output = Path(args.output or Path("results") / (f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}"
-                                                        f"{output_suffix(args)}"))
+                                                        f"{output_suffix(args.split)}"))
         print(f"{args.study}: {len(jobs)} job(s), profile {args.profile}, split {args.split} -> {output}/")
         options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
         planned, datasets = plan_grid(jobs, options)

@@ -21,12 +21,12 @@ from recbench.benchmarks.commands.cli import (
     EXIT_INTERRUPTED,
     add_run_options,
     guard,
-    output_suffix,
     run_options,
 )
 from recbench.benchmarks.config import PROFILES, toml_value
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import GridInterrupted
+from recbench.benchmarks.options import output_suffix
 from recbench.benchmarks.tuning.study import (
     BUDGETS,
     PRUNERS,
@@ -63,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         except ValueError as error:
             parser.error(str(error))
     if args.output is None:
-        args.output = str(Path("results") / f"tune-{'-'.join(args.datasets)}-{args.profile}{output_suffix(args)}")
+        args.output = str(Path("results") / f"tune-{'-'.join(args.datasets)}-{args.profile}{output_suffix(args.split)}")
     return args
 
 

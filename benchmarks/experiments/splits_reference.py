@@ -21,16 +21,22 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.experiments.converge_reference import invocations
-from recbench.benchmarks.metrics import LIST_CUTOFF, LIST_METRICS
 from recbench.benchmarks.store import write_atomic
 from recbench.reports import figures, names
 from recbench.reports.render import write_table
 from recbench.reports.results import ResultSet, load_results
-from recbench.reports.splits import ORDER_METRIC, SIDE_BY_SIDE_METRICS, kendall_table, section_rows, split_tables
+from recbench.reports.splits import (
+    BEYOND_ACCURACY,
+    ORDER_METRIC,
+    SIDE_BY_SIDE_METRICS,
+    kendall_table,
+    section_rows,
+    split_tables,
+)
 from recbench.reports.stats import PerUser, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
-METRICS = (*SIDE_BY_SIDE_METRICS, *(f"{kind}@{LIST_CUTOFF}" for kind in LIST_METRICS))
+METRICS = (*SIDE_BY_SIDE_METRICS, *BEYOND_ACCURACY)
 
 
 def split_summary(result: ResultSet, split: str) -> dict:
