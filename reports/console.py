@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 from tabulate import tabulate
 
-from recbench.benchmarks.store import split_scheme
-from recbench.datasets.splits import TEMPORAL
+from recbench.benchmarks.store import LEAVE_ONE_OUT, split_scheme
 
 SMOKE_NOTE = ("> **Smoke profile: installation check, not the paper's settings.** These models were trained for "
               "seconds on small budgets; their numbers say that everything runs, not how the models compare. "
@@ -38,7 +37,7 @@ def _table(dataset: str, protocol: str, rows: list[dict]) -> str:
                          + (f" ± {np.std(values):.4f}" if len(values) > 1 else ""))
         table.append(cells)
     seeds = len({r["seed"] for r in rows})
-    temporal = ", temporal split" if any(split_scheme(r) == TEMPORAL for r in rows) else ""
+    temporal = ", temporal split" if any(split_scheme(r) != LEAVE_ONE_OUT for r in rows) else ""
     title = f"### {dataset} — protocol `{protocol}` ({seeds} seed{'s' if seeds > 1 else ''}, test split{temporal})"
     return title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github", disable_numparse=True,
                                      colalign=("left",) + ("right",) * len(models))
