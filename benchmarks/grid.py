@@ -21,12 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from recbench.benchmarks.estimate import duration
 from recbench.benchmarks.execution import Executor
-from recbench.benchmarks.jobs import KEY_VERSION, GridInterrupted, Job, PlannedJob
+from recbench.benchmarks.jobs import KEY_VERSION, GridError, GridInterrupted, Job, PlannedJob
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid, prepare_negatives
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.store import ResultStore
+from recbench.benchmarks.trainer import TrainState, saved_progress
 from recbench.benchmarks.worker import JobOutcome, JobPayload
 from recbench.datasets import resolve_cache_dir, resolve_data_dir
 
@@ -57,7 +59,8 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     these jobs and options, when the caller has planned them already (to show the plan first). With
     ``options.resume`` jobs whose key already has every result row are skipped and interrupted training continues
     from its checkpoint; without it a job runs afresh, and its new rows replace the old rows of the same key once
-    it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run, and
+    it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run
+    (without ``resume`` also where a job's checkpoint holds an interrupted run's training), and
     :class:`~benchmarks.jobs.GridInterrupted` on Ctrl-C.
     """
     planned, datasets = plan or plan_grid(jobs, options, preloaded=preloaded, log=log)
@@ -92,7 +95,8 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
 
 def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result: GridResult, log) -> list:
     """The jobs to run: all of them, or with ``resume`` those without every result row. Says plainly when rows
-    written under an older key version will not be reused."""
+    written under an older key version will not be reused; without ``resume``, refuses to discard the
+    checkpoint of an interrupted run (:func:`_refuse_to_discard`)."""
     pending = []
     for number, job in enumerate(planned, start=1):
         if resume and store.done(job.key, job.protocols):
@@ -100,6 +104,8 @@ def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result
             result.skipped.append(job)
         else:
             pending.append(job)
+    if not resume:
+        _refuse_to_discard(pending, store)
     if resume and pending:
         names = {job.run_id for job in pending}
         older = {row["run_id"] for row in store.rows
@@ -109,6 +115,38 @@ def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result
                 f"(job key version < {KEY_VERSION}: the trainer's settings were reorganised), e.g. "
                 f"{sorted(older)[0]}; their keys no longer match, so they run again (the old rows are kept)")
     return pending
+
+
+def interrupted(planned: list[PlannedJob], store: ResultStore) -> dict[str, TrainState]:
+    """{key: where its training stands} of the planned jobs that an earlier run left in a checkpoint."""
+    states = {job.key: saved_progress(store.checkpoint(job.file_stem)) for job in planned if job.trains}
+    return {key: state for key, state in states.items() if state is not None}
+
+
+def progress_text(job: PlannedJob, state: TrainState) -> str:
+    """Where an interrupted job's training stands, in the words of a plan: ``epoch 36 of at most 200, best
+    validation NDCG@10 0.1134 at epoch 34 (1 validation without a better one, patience 10), 43.9 min trained``."""
+    train = job.config.train
+    text = f"epoch {state.epoch} of at most {train.max_epochs}"
+    if state.best_epoch:
+        since = f"{state.bad_validations} validation{'s' if state.bad_validations != 1 else ''} without a better one"
+        patience = f", patience {train.patience}" if train.patience is not None else ""
+        text += (f", best validation {train.valid_metric} {state.best_metric:.4f} at epoch {state.best_epoch} "
+                 f"({since}{patience})")
+    return f"{text}, {duration(state.train_seconds)} trained"
+
+
+def _refuse_to_discard(pending: list[PlannedJob], store: ResultStore) -> None:
+    """Without --resume a job trains afresh and deletes its checkpoint: refused, before anything runs, where that
+    checkpoint holds an interrupted run's training (hours of it, under the converge profile)."""
+    states = interrupted(pending, store)
+    if states:
+        jobs = [job for job in pending if job.key in states]
+        raise GridError("\n".join(
+            [f"{store.folder / 'checkpoints'} holds the training of {len(jobs)} interrupted job(s) that a run "
+             f"without --resume would discard; rerun with --resume to continue them, or delete their "
+             f"checkpoint files to train them afresh:"]
+            + [f"{job.run_id}: {progress_text(job, states[job.key])} ({job.file_stem}.pt)" for job in jobs]))
 
 
 def _invocation(options: RunOptions) -> dict:

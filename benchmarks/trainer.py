@@ -220,6 +220,17 @@ def fit_model(model: Recommender, train: Histories, validate: Validator | None, 
     return report
 
 
+def saved_progress(path: str | Path) -> TrainState | None:
+    """Where the training checkpoint at ``path`` stands (its :class:`TrainState` without the weights), or None
+    where there is none or it is of an older layout: what a plan shows of an interrupted run before resuming it."""
+    if not Path(path).exists():
+        return None
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    if saved.get("version") != CHECKPOINT_VERSION:
+        return None
+    return TrainState(**{**saved["state"], "best_weights": None})
+
+
 def training_examples(model: NeuralRecommender, train: Histories) -> dict[str, torch.Tensor]:
     """``model.training_examples(train)``, refused in one line unless it is what the trainer slices batches
     from: a dict of tensors with the same number of rows."""

@@ -84,6 +84,43 @@ def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monk
     assert not list((tmp_path / "out" / "checkpoints").glob("*.pt"))  # finished jobs keep only their results
 
 
+def test_a_rerun_without_resume_refuses_to_discard_an_interrupted_job_and_the_plan_says_where_it_stands(
+        tmp_path, capsys, monkeypatch):
+    """Hours of converge-profile training sit in a checkpoint: a rerun that forgets --resume must not delete
+    it. It fails before anything runs, naming the job, where its training stands and the two ways on."""
+    from recbench.benchmarks.evaluator import Evaluator
+
+    original, calls = Evaluator.evaluate, []
+
+    def crash_on_third_validation(self, model, split, *args, **kwargs):
+        calls.append(split)
+        if split == "valid" and calls.count("valid") == 3:
+            raise RuntimeError("simulated crash during training")
+        return original(self, model, split, *args, **kwargs)
+
+    monkeypatch.setattr(Evaluator, "evaluate", crash_on_third_validation)
+    argv = ["--models", "pop", "sasrec", *TINY, "--set", "sasrec:max_epochs=4"]
+    assert run(argv, tmp_path, capsys)[0] == 1  # POP finished; SASRec stopped after epoch 2, its checkpoint kept
+    monkeypatch.setattr(Evaluator, "evaluate", original)
+    (checkpoint,) = (tmp_path / "out" / "checkpoints").glob("*sasrec*.pt")
+    saved, manifest = checkpoint.read_bytes(), (tmp_path / "out" / "manifest.jsonl").read_text()
+    state = torch.load(checkpoint, weights_only=False)["state"]
+    where = (f"epoch 2 of at most 4, best validation NDCG@10 {state['best_metric']:.4f} at epoch "
+             f"{state['best_epoch']} ({state['bad_validations']} validation")
+    code, out, err = run(argv, tmp_path, capsys)
+    assert code == 2 and "[1/2]" not in out  # no job started, not even POP's
+    assert err.splitlines()[0].startswith("error: ") and "holds the training of 1 interrupted job(s)" in err
+    assert "rerun with --resume to continue them, or delete their checkpoint files" in err
+    assert f"synthetic/sasrec/seed0: {where}" in err and f"({checkpoint.name})" in err
+    assert checkpoint.read_bytes() == saved and (tmp_path / "out" / "manifest.jsonl").read_text() == manifest
+    code, out, _ = run([*argv, "--dry-run"], tmp_path, capsys)
+    assert code == 0 and f"refused without --resume (its checkpoint: {where}" in out
+    code, out, _ = run([*argv, "--dry-run", "--resume"], tmp_path, capsys)
+    assert code == 0 and f"resume from {where}" in out and "skip (done)" in out
+    assert run([*argv, "--resume"], tmp_path, capsys)[0] == 0  # the interrupted job continues from epoch 2
+    assert {row["resumed_from_epoch"] for row in rows(tmp_path) if row["model"] == "sasrec"} == {2}
+
+
 def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):
     assert run(["--models", "pop", "bprmf", "fpmc"], tmp_path, capsys)[0] == 0
     before = {(row["model"], row["protocol"]): row for row in rows(tmp_path)}

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from recbench.benchmarks.grid import run_jobs
+from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
@@ -64,7 +64,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished job's selected weights under weights/ (else only its results)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="check the grid, print every job with its resolved settings and key, and exit")
+                        help="check the grid, print every job with its resolved settings and key (with --resume: "
+                             "which are done and where each interrupted one stands), and exit")
     parser.add_argument("--no-report", action="store_true", help="do not generate the report at the end")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors and failed jobs")
@@ -95,7 +96,7 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
     try:
         if args.dry_run:
             planned, _ = plan or plan_grid(jobs, options)
-            print_plan(planned, ResultStore(options.output) if options.resume else None)
+            print_plan(planned, ResultStore(options.output), options.resume)
             return 0
         result = run_jobs(jobs, options, plan=plan)
     except GridInterrupted:
@@ -127,13 +128,20 @@ def _finish(args: argparse.Namespace, result, options: RunOptions, table: Callab
     return 0
 
 
-def print_plan(planned: list, store=None) -> None:
-    """``--dry-run``: every job with its key, what would happen to it, and every resolved setting."""
+def print_plan(planned: list, store: ResultStore, resume: bool) -> None:
+    """``--dry-run``: every job with its key, what would happen to it (with ``resume``: skipped when done,
+    resumed from its checkpoint and where it stands), and every resolved setting."""
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
+    states = interrupted(planned, store)
     for number, job in enumerate(planned, start=1):
-        action = "skip (done)" if store is not None and store.done(job.key, job.protocols) else "run"
+        action = "run"
+        if resume and store.done(job.key, job.protocols):
+            action = "skip (done)"
+        elif job.key in states:
+            where = progress_text(job, states[job.key])
+            action = f"resume from {where}" if resume else f"refused without --resume (its checkpoint: {where})"
         described = job.describe()
         print(f"[{number}/{len(planned)}] {job.run_id}  key {job.key[:12]}  {action}\n"
               f"    protocols: {' '.join(job.protocols)}  profile: {job.profile}{_split_text(job.split)}\n"
