@@ -83,19 +83,23 @@ def planned_steps(train, n_examples: int) -> tuple[int, bool]:
     return steps, train.patience is None or train.patience >= validations
 
 
-def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str], tuple[int, str]]:
-    """{(dataset, model, profile): (epochs, source)} of the converged reference runs in ``folder``
+def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int], tuple[int, str]]:
+    """{(dataset, model, profile, patience): (epochs, source)} of the converged reference runs in ``folder``
     (``converge-<dataset>.json``, written by ``benchmarks/experiments/converge_reference.py``): the latest epoch at
-    which early stopping ended one of a model's seeds. Models some seed of which did not stop early are left out."""
+    which early stopping ended one of a model's seeds with that patience (a longer patience stops later). Models
+    some seed of which did not stop early are left out."""
     stops = {}
     for path in sorted(Path(folder).glob("converge-*.json")):
         reference = json.loads(path.read_text())
         for summary in reference["summary"]:
-            if summary["converged"]:
-                key = (reference["dataset"], summary["model"], reference["profile"])
-                stops[key] = (max(summary["epochs_run"].values()), f"the converged {summary['model']} run on "
-                              f"{reference['dataset']} did (epoch {max(summary['epochs_run'].values())}, "
-                              f"results/reference/{path.name})")
+            if not summary["converged"]:
+                continue
+            for patience in set(summary["patience"].values()):
+                epochs = max(epochs for seed, epochs in summary["epochs_run"].items()
+                             if summary["patience"][seed] == patience)
+                stops[(reference["dataset"], summary["model"], reference["profile"], patience)] = (
+                    epochs, f"the converged {summary['model']} run on {reference['dataset']} with patience "
+                            f"{patience} did (epoch {epochs}, results/reference/{path.name})")
     return stops
 
 
@@ -136,7 +140,8 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
     """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.runner.plan_grid`) on ``datasets``,
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
     Jobs that differ only in seed or trainer settings share one measurement. ``stops``
-    (:func:`reference_stops`) gives an early-stopped job of the same (dataset, model, profile) its expected figure;
+    (:func:`reference_stops`) gives an early-stopped job of the same (dataset, model, profile, patience) its expected
+    figure;
     every variant and size of a model is assumed to stop where its reference run did."""
     device = resolve_device(device)
     previous_threads = torch.get_num_threads()
@@ -158,7 +163,7 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
             steps, exact = planned_steps(job.config.train, n_examples)
             seconds, budget = steps * per_step, job.config.train.time_budget_s
             capped = budget is not None and budget < seconds
-            stop = (stops or {}).get((job.job.dataset, job.job.model, job.profile))
+            stop = (stops or {}).get((job.job.dataset, job.job.model, job.profile, job.config.train.patience))
             expected = (min(steps, stop[0] * math.ceil(n_examples / job.config.train.batch_size)) * per_step
                         if stop and not exact and not capped else None)
             estimates[job.key] = Estimate(budget if capped else seconds, steps, per_step, exact,

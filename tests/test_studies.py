@@ -263,12 +263,14 @@ def test_estimates_time_real_steps_and_the_plan_states_them(tmp_path):
 
 def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp_path):
     reference = {"dataset": "chain", "profile": "smoke", "summary": [
-        {"model": "sasrec", "converged": True, "epochs_run": {"0": 2, "1": 3}},
-        {"model": "bert4rec", "converged": False, "epochs_run": {"0": 400}},  # a cap ended it: no expectation
-        {"model": "pop", "converged": None, "epochs_run": {"0": 0}}]}
+        {"model": "sasrec", "converged": True, "epochs_run": {"0": 2, "1": 3, "2": 9},
+         "patience": {"0": 5, "1": 5, "2": 20}},  # seed 2 waited longer: its stop says nothing of patience 5
+        {"model": "bert4rec", "converged": False, "epochs_run": {"0": 400}, "patience": {"0": 5}},  # a cap ended it
+        {"model": "pop", "converged": None, "epochs_run": {"0": 0}, "patience": {"0": None}}]}
     (tmp_path / "converge-chain.json").write_text(json.dumps(reference))
     stops = reference_stops(tmp_path)
-    assert set(stops) == {("chain", "sasrec", "smoke")} and stops[("chain", "sasrec", "smoke")][0] == 3
+    assert set(stops) == {("chain", "sasrec", "smoke", 5), ("chain", "sasrec", "smoke", 20)}
+    assert stops[("chain", "sasrec", "smoke", 5)][0] == 3 and stops[("chain", "sasrec", "smoke", 20)][0] == 9
     jobs = cloze_jobs(["chain"], models=["sasrec"], overrides=("max_len=8", "max_epochs=50", "patience=5"))
     options = RunOptions(output=tmp_path / "out", protocols=("pop100",), profile="smoke", device="cpu")
     planned, datasets = plan_grid(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None)
@@ -276,7 +278,11 @@ def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp
                               stops=stops).values()
     assert not sasrec.exact and sasrec.steps == 50  # one batch of 60 windows an epoch, 50 epochs at most
     assert sasrec.expected == pytest.approx(3 * sasrec.per_step) and sasrec.likely == sasrec.expected
-    assert "if it stops where the converged sasrec run on chain did (epoch 3" in sasrec.describe()
+    assert "if it stops where the converged sasrec run on chain with patience 5 did (epoch 3" in sasrec.describe()
+    jobs = cloze_jobs(["chain"], models=["sasrec"], overrides=("max_len=8", "max_epochs=50", "patience=7"))
+    planned_7, _ = plan_grid(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None)
+    (other,) = estimate_jobs(planned_7, datasets, device="cpu", threads=1, log=lambda *_: None, stops=stops).values()
+    assert other.expected is None  # no reference run waited 7 validations
     text = "\n".join(plan_lines(planned, {job.key: sasrec for job in planned}))
     assert "≈ " in text.splitlines()[-1] and f"≤ {duration(sasrec.seconds)} if every job runs to its cap" in text
     assert "at once" not in text

@@ -60,6 +60,7 @@ def model_summary(rows: list) -> dict:
                "converged": (None if all(row.get("epochs_run") == 0 for row in runs.values())  # POP: no training
                              else all(row.get("stopped_by") == CONVERGED for row in runs.values())),
                "epochs_run": {seed: row.get("epochs_run") for seed, row in runs.items()},
+               "patience": {seed: (row.get("train_settings") or {}).get("patience") for seed, row in runs.items()},
                "best_epoch": {seed: row.get("best_epoch") for seed, row in runs.items()},
                "train_hours": {seed: round((row.get("train_seconds") or 0.0) / 3600, 2) for seed, row in runs.items()}}
     for protocol in ("pop100", "full"):
