@@ -144,8 +144,8 @@ def _refuse_to_discard(pending: list[PlannedJob], store: ResultStore) -> None:
         jobs = [job for job in pending if job.key in states]
         raise GridError("\n".join(
             [f"{store.folder / 'checkpoints'} holds the training of {len(jobs)} interrupted job(s) that a run "
-             f"without --resume would discard; rerun with --resume to continue them, or delete their "
-             f"checkpoint files to train them afresh:"]
+             f"without --resume would discard; rerun with --resume (resume=True from Python) to continue them, "
+             f"or delete their checkpoint files to train them afresh:"]
             + [f"{job.run_id}: {progress_text(job, states[job.key])} ({job.file_stem}.pt)" for job in jobs]))
 
 

@@ -110,7 +110,7 @@ def test_a_rerun_without_resume_refuses_to_discard_an_interrupted_job_and_the_pl
     code, out, err = run(argv, tmp_path, capsys)
     assert code == 2 and "[1/2]" not in out  # no job started, not even POP's
     assert err.splitlines()[0].startswith("error: ") and "holds the training of 1 interrupted job(s)" in err
-    assert "rerun with --resume to continue them, or delete their checkpoint files" in err
+    assert "rerun with --resume (resume=True from Python) to continue them, or delete their checkpoint files" in err
     assert f"synthetic/sasrec/seed0: {where}" in err and f"({checkpoint.name})" in err
     assert checkpoint.read_bytes() == saved and (tmp_path / "out" / "manifest.jsonl").read_text() == manifest
     code, out, _ = run([*argv, "--dry-run"], tmp_path, capsys)
