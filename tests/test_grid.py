@@ -57,23 +57,29 @@ def test_resume_with_changed_settings_runs_a_new_job_and_keeps_the_old_rows(tmp_
     assert change.label == "synthetic/bprmf seed 0" and change.differences == ("hidden: 64 -> 8",)
 
 
-def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):
-    """A run interrupted during training and resumed with another learning rate must start afresh."""
+def interrupt_training_at_validation(monkeypatch, number: int) -> None:
+    """Make a grid's training crash at its ``number``-th validation, after ``number - 1`` epochs have written
+    their checkpoint, as a killed or failed run leaves it; ``monkeypatch.undo()`` ends the crashes."""
     from recbench.benchmarks.evaluator import Evaluator
 
     original, calls = Evaluator.evaluate, []
 
-    def crash_on_second_validation(self, model, split, *args, **kwargs):
+    def crash(self, model, split, *args, **kwargs):
         calls.append(split)
-        if split == "valid" and calls.count("valid") == 2:
+        if split == "valid" and calls.count("valid") == number:
             raise RuntimeError("simulated crash during training")
         return original(self, model, split, *args, **kwargs)
 
-    monkeypatch.setattr(Evaluator, "evaluate", crash_on_second_validation)
+    monkeypatch.setattr(Evaluator, "evaluate", crash)
+
+
+def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):
+    """A run interrupted during training and resumed with another learning rate must start afresh."""
+    interrupt_training_at_validation(monkeypatch, 2)
     argv = ["--models", "sasrec", *TINY, "--set", "sasrec:max_epochs=4"]
     assert run(argv, tmp_path, capsys)[0] == 1  # the job failed after epoch 1; its checkpoint is kept
     assert len(list((tmp_path / "out" / "checkpoints").glob("*.pt"))) == 1
-    monkeypatch.setattr(Evaluator, "evaluate", original)
+    monkeypatch.undo()
     code, _, _ = run([*argv, "--set", "sasrec:lr=0.05", "--resume"], tmp_path, capsys)
     assert code == 0
     (fresh,) = {row["key"]: row for row in rows(tmp_path)}.values()
@@ -88,20 +94,10 @@ def test_a_rerun_without_resume_refuses_to_discard_an_interrupted_job_and_the_pl
         tmp_path, capsys, monkeypatch):
     """Hours of converge-profile training sit in a checkpoint: a rerun that forgets --resume must not delete
     it. It fails before anything runs, naming the job, where its training stands and the two ways on."""
-    from recbench.benchmarks.evaluator import Evaluator
-
-    original, calls = Evaluator.evaluate, []
-
-    def crash_on_third_validation(self, model, split, *args, **kwargs):
-        calls.append(split)
-        if split == "valid" and calls.count("valid") == 3:
-            raise RuntimeError("simulated crash during training")
-        return original(self, model, split, *args, **kwargs)
-
-    monkeypatch.setattr(Evaluator, "evaluate", crash_on_third_validation)
+    interrupt_training_at_validation(monkeypatch, 3)
     argv = ["--models", "pop", "sasrec", *TINY, "--set", "sasrec:max_epochs=4"]
     assert run(argv, tmp_path, capsys)[0] == 1  # POP finished; SASRec stopped after epoch 2, its checkpoint kept
-    monkeypatch.setattr(Evaluator, "evaluate", original)
+    monkeypatch.undo()
     (checkpoint,) = (tmp_path / "out" / "checkpoints").glob("*sasrec*.pt")
     saved, manifest = checkpoint.read_bytes(), (tmp_path / "out" / "manifest.jsonl").read_text()
     state = torch.load(checkpoint, weights_only=False)["state"]
