@@ -139,10 +139,9 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
                   n_jobs: int = 1, log=print, stops: dict | None = None) -> dict:
     """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.runner.plan_grid`) on ``datasets``,
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
-    Jobs that differ only in seed or trainer settings share one measurement. ``stops``
-    (:func:`reference_stops`) gives an early-stopped job of the same (dataset, model, profile, patience) its expected
-    figure;
-    every variant and size of a model is assumed to stop where its reference run did."""
+    Jobs that differ only in seed or trainer settings share one measurement. ``stops`` (:func:`reference_stops`)
+    gives an early-stopped job of the same (dataset, model, profile, patience) its expected figure; every variant
+    and size of a model is assumed to stop where its reference run did."""
     device = resolve_device(device)
     previous_threads = torch.get_num_threads()
     previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
