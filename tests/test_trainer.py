@@ -84,6 +84,9 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         trainer(checkpoint=str(checkpoint)).fit(interrupted, split.train(), crash_at_epoch_4)
     assert checkpoint.exists()
+    state = trainer_module.saved_progress(checkpoint)  # what a plan shows of the interrupted run
+    assert (state.epoch, state.best_epoch, state.bad_validations) == (3, 3, 0) and state.best_metric == 0.3
+    assert state.best_weights is None and state.stopped_by is None and state.train_seconds > 0
 
     resumed = new_model(seed=123)  # different init: everything must come from the checkpoint
     validate = scripted_validator(values[3:])[0]
@@ -282,3 +285,14 @@ def test_bf16_autocasts_on_a_cpu_with_native_bf16(monkeypatch, capsys):
     fp32, fp32_weights = bf16_fit(monkeypatch, set())
     assert not torch.equal(weights, fp32_weights)  # the products really ran in bf16
     assert report.curve[-1]["loss"] == pytest.approx(fp32.curve[-1]["loss"], rel=0.05)  # and learned the same
+
+
+def test_a_checkpoint_of_another_layout_is_refused_in_one_line_and_a_plan_reads_nothing_from_it(tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    trainer(checkpoint=str(checkpoint), max_epochs=1).fit(new_model(), toy_split().train(), None)
+    saved = torch.load(checkpoint, weights_only=False)
+    torch.save({**saved, "version": trainer_module.CHECKPOINT_VERSION - 1}, checkpoint)
+    assert trainer_module.saved_progress(checkpoint) is None
+    assert trainer_module.saved_progress(tmp_path / "absent.pt") is None
+    with pytest.raises(ValueError, match="a training checkpoint of an older version of the suite; delete it"):
+        trainer(checkpoint=str(checkpoint), max_epochs=2).fit(new_model(), toy_split().train(), None)
