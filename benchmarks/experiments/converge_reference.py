@@ -6,7 +6,8 @@ commands that wrote them, as a table beside the paper and a figure of the Transf
 For each results folder (one dataset, ``--profile converge``) it writes ``results/reference/converge-<dataset>.json``:
 every invocation of ``manifest.jsonl`` that trained a job of the folder (time, command, commit), one summary per
 model over its seeds (test NDCG@10 and HR@10 under ``pop100`` and ``full``, mean and std; epochs, best epoch,
-training hours, precision and why each seed stopped) and the rows themselves, validation curves included. Across
+training hours, precision, patience, why each seed stopped and where half its patience would have stopped it,
+read off its own curve: :func:`shorter_patience`) and the rows themselves, validation curves included. Across
 the folders it writes ``results/reference/converge/reproduced.{md,tex}``, the table README.md shows under
 "Reproduced here": our pop100 NDCG@10 and HR@10 beside the published row each is held against (the report's own
 rule, :func:`reports.tables.published_anchor`: Table 5's default row for BERT4Rec at d = 64, Table 2 otherwise)
@@ -51,6 +52,25 @@ def invocations(folder: Path, keys: set[str]) -> list[dict]:
     return found
 
 
+def shorter_patience(curve: list[dict], metric: str, patience: int) -> dict | None:
+    """Where early stopping with ``patience`` would have ended a run whose validation ``curve`` (the row's, one
+    entry per epoch, ``valid_<metric>`` where validated) went on longer: the trainer's rule (a new best must be
+    strictly greater; stop once ``patience`` validations in a row are not) replayed on it. None where the curve
+    never waits that long. With the same seed that run would have followed this curve exactly, as a CPU run does."""
+    best, best_epoch, bad = float("-inf"), 0, 0
+    for entry in curve:
+        value = entry.get(f"valid_{metric}")
+        if value is None:
+            continue
+        if value > best:
+            best, best_epoch, bad = value, entry["epoch"], 0
+        else:
+            bad += 1
+            if bad >= patience:
+                return {"stop_epoch": entry["epoch"], "best_epoch": best_epoch, "best_valid": round(best, 4)}
+    return None
+
+
 def model_summary(rows: list) -> dict:
     """One model of one folder over its seeds (``rows``: every protocol's row of every seed)."""
     runs = {row.seed: row for row in rows if row.protocol == "full"}
@@ -61,6 +81,11 @@ def model_summary(rows: list) -> dict:
                              else all(row.get("stopped_by") == CONVERGED for row in runs.values())),
                "epochs_run": {seed: row.get("epochs_run") for seed, row in runs.items()},
                "patience": {seed: (row.get("train_settings") or {}).get("patience") for seed, row in runs.items()},
+               # what half the patience would have given, from each seed's own validation curve
+               "half_patience": {seed: shorter_patience(row.get("curve") or [], train["valid_metric"],
+                                                         train["patience"] // 2)
+                                 for seed, row in runs.items()
+                                 if ((train := row.get("train_settings") or {}).get("patience") or 0) >= 2},
                "best_epoch": {seed: row.get("best_epoch") for seed, row in runs.items()},
                "train_hours": {seed: round((row.get("train_seconds") or 0.0) / 3600, 2) for seed, row in runs.items()}}
     for protocol in ("pop100", "full"):

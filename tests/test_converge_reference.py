@@ -1,0 +1,30 @@
+"""The reproduction's reference files: what a shorter patience would have given, read off a run's own curve."""
+from benchmarks.experiments.converge_reference import shorter_patience
+
+# Validation NDCG@10 per epoch, validated every epoch but the second (valid_every-style gaps are skipped).
+CURVE = [{"epoch": 1, "valid_NDCG@10": 0.1}, {"epoch": 2}, {"epoch": 3, "valid_NDCG@10": 0.3},
+         {"epoch": 4, "valid_NDCG@10": 0.2}, {"epoch": 5, "valid_NDCG@10": 0.3},  # equal is no new best
+         {"epoch": 6, "valid_NDCG@10": 0.35}, {"epoch": 7, "valid_NDCG@10": 0.3}, {"epoch": 8, "valid_NDCG@10": 0.3},
+         {"epoch": 9, "valid_NDCG@10": 0.34}]
+
+
+def test_a_shorter_patience_stops_where_the_trainers_rule_would_have():
+    # patience 2: epochs 4 and 5 are not better than .3 (epoch 3), so the run ends at epoch 5 with epoch 3's weights
+    assert shorter_patience(CURVE, "NDCG@10", 2) == {"stop_epoch": 5, "best_epoch": 3, "best_valid": 0.3}
+    # patience 3: epoch 6 is a new best before the third miss; epochs 7, 8, 9 then end it
+    assert shorter_patience(CURVE, "NDCG@10", 3) == {"stop_epoch": 9, "best_epoch": 6, "best_valid": 0.35}
+    assert shorter_patience(CURVE, "NDCG@10", 4) is None  # never four misses in a row: it would have run on
+    assert shorter_patience(CURVE, "HR@10", 1) is None  # a metric the curve does not hold
+
+
+def test_it_agrees_with_the_trainer_run_with_that_patience():
+    from tests.test_trainer import new_model, scripted_validator, toy_split, trainer
+
+    values = [0.1, 0.3, 0.2, 0.3, 0.35, 0.3, 0.3, 0.34, 0.2, 0.2]
+    longer = trainer(patience=5, max_epochs=10).fit(new_model(), toy_split().train(), scripted_validator(values)[0])
+    for patience in (1, 2, 3):
+        short = trainer(patience=patience, max_epochs=10).fit(new_model(), toy_split().train(),
+                                                               scripted_validator(values)[0])
+        assert short.stopped_by == "early stopping"
+        assert shorter_patience(longer.curve, "NDCG@10", patience) == {
+            "stop_epoch": short.epochs_run, "best_epoch": short.best_epoch, "best_valid": round(short.best_valid, 4)}
