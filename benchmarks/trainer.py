@@ -220,6 +220,22 @@ def fit_model(model: Recommender, train: Histories, validate: Validator | None, 
     return report
 
 
+def global_generators(device: torch.device) -> dict:
+    """The states of PyTorch's global generators, which dropout draws from (the CPU one, and the device's on
+    CUDA): kept in every checkpoint, so that a resumed run draws the masks an uninterrupted run would have drawn.
+    Without them a run resumed at epoch 24 left the uninterrupted run's path at epoch 25 (ML-1m BERT4Rec)."""
+    states = {"cpu": torch.random.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def restore_global_generators(states: dict, device: torch.device) -> None:
+    torch.random.set_rng_state(states["cpu"])
+    if device.type == "cuda" and "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"], device)
+
+
 def saved_progress(path: str | Path) -> TrainState | None:
     """Where the training checkpoint at ``path`` stands (its :class:`TrainState` without the weights), or None
     where there is none or it is of an older layout: what a plan shows of an interrupted run before resuming it."""
@@ -311,6 +327,8 @@ class Trainer:
         session.schedule.load_state_dict(saved["schedule"])
         state = TrainState(**saved["state"])
         self._restore_generator(session.generator, saved, state.epoch)
+        if "global_generators" in saved:  # checkpoints written before it was kept continue from the seed's state
+            restore_global_generators(saved["global_generators"], session.model.device)
         return state, state.epoch or None
 
     def _train_epoch(self, session: _Session, state: TrainState, bar) -> str | None:
@@ -406,7 +424,7 @@ class Trainer:
         torch.save({"version": CHECKPOINT_VERSION, "model": session.model.state_dict(),
                     "optimizer": session.optimizer.state_dict(), "schedule": session.schedule.state_dict(),
                     "generator": session.generator.get_state(), "generator_device": session.generator.device.type,
-                    "state": dict(vars(state))}, buffer)
+                    "global_generators": global_generators(session.model.device), "state": dict(vars(state))}, buffer)
         write_atomic(Path(self.run.checkpoint), buffer.getvalue())
 
     def _report(self, session: _Session, state: TrainState, validate: Validator | None,

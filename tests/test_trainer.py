@@ -296,3 +296,46 @@ def test_a_checkpoint_of_another_layout_is_refused_in_one_line_and_a_plan_reads_
     assert trainer_module.saved_progress(tmp_path / "absent.pt") is None
     with pytest.raises(ValueError, match="a training checkpoint of an older version of the suite; delete it"):
         trainer(checkpoint=str(checkpoint), max_epochs=2).fit(new_model(), toy_split().train(), None)
+
+
+class DroppingBPRMF(BPRMF):
+    """BPR-MF with dropout on its factors: its training draws from PyTorch's global generator, as every dropout
+    layer does, besides the trainer's own generator."""
+
+    def loss(self, batch, generator):
+        users, positives = batch["users"], batch["items"]
+        negatives = self.negatives(users, generator)
+        p_u = torch.nn.functional.dropout(self.user_factors(users), 0.5, self.training)
+        x_uij = (p_u * self.item_factors(positives)).sum(-1) - (p_u * self.item_factors(negatives)).sum(-1)
+        return -torch.nn.functional.logsigmoid(x_uij).mean()
+
+
+def test_a_resumed_run_draws_the_dropout_masks_an_uninterrupted_run_draws(tmp_path):
+    """A long run is resumed many times (a session, a killed worker); each resume starts a new process whose global
+    generator the worker seeds afresh. The checkpoint keeps that generator's state, so the resumed run ends with the
+    uninterrupted run's weights, not only with the same seed."""
+    def model(seed=0):
+        torch.manual_seed(seed)
+        return DroppingBPRMF(40, 60, BPRMFConfig(hidden=8))
+
+    split = toy_split()
+    torch.manual_seed(7)  # the worker seeds the global generator with the job's seed before training
+    reference = model()
+    trainer(max_epochs=4, patience=None).fit(reference, split.train(), None)
+
+    checkpoint, calls = tmp_path / "run.pt", {"n": 0}
+
+    def crash_at_epoch_3(current):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return {"NDCG@10": 0.1 * calls["n"]}
+
+    torch.manual_seed(7)
+    with pytest.raises(KeyboardInterrupt):
+        trainer(checkpoint=str(checkpoint), max_epochs=4, patience=None).fit(model(), split.train(), crash_at_epoch_3)
+    torch.manual_seed(7)  # a new process: the worker seeds again before resuming
+    resumed = model(seed=123)
+    report = trainer(checkpoint=str(checkpoint), max_epochs=4, patience=None).fit(resumed, split.train(), None)
+    assert report.resumed_from_epoch == 2 and report.epochs_run == 4
+    assert torch.equal(resumed.item_factors.weight, reference.item_factors.weight)
