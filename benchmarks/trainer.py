@@ -231,9 +231,11 @@ def global_generators(device: torch.device) -> dict:
 
 
 def restore_global_generators(states: dict, device: torch.device) -> None:
-    torch.random.set_rng_state(states["cpu"])
+    """Put back what :func:`global_generators` kept. Both setters take a CPU byte tensor, and a checkpoint is loaded
+    onto the model's device, so the states come back to the CPU first (as :meth:`Trainer._restore_generator`'s)."""
+    torch.random.set_rng_state(states["cpu"].cpu())
     if device.type == "cuda" and "cuda" in states:
-        torch.cuda.set_rng_state(states["cuda"], device)
+        torch.cuda.set_rng_state(states["cuda"].cpu(), device)
 
 
 def saved_progress(path: str | Path) -> TrainState | None:
