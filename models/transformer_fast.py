@@ -34,7 +34,9 @@ from recbench.models.transformer import (
     split_heads,
 )
 
-_ATTENTION_SLICE_FLOATS = 1 << 21  # attention weights per recomputed slice in CPU training (8 MB)
+# Attention weights per recomputed slice in CPU training: 1 MB, the L2 cache of one core of the machines here, where
+# the slice's chain of softmax, mask and gradient passes stays; 8 MB slices trained ML-1m's BERT4Rec 1.09× slower.
+_ATTENTION_SLICE_FLOATS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,20 @@ def dropout_keep_mask(shape: tuple, p: float, device: torch.device) -> torch.Ten
     return draws.view(torch.int16)[:n].view(shape) >= round(p * 65536) - 32768
 
 
+def as_factor(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask as 0/1 numbers of ``dtype``. The mask's bytes read as uint8: PyTorch's CPU kernels convert
+    uint8 to float vectorised, but bool element by element (9× slower on a (3, 2, 200, 200) slice), and a float
+    tensor times a bool one converts the bool one first. Same values as multiplying by the bool mask."""
+    return keep.view(torch.uint8).to(dtype)
+
+
 class Dropout(nn.Dropout):
     """``nn.Dropout`` whose CPU mask comes from :func:`dropout_keep_mask`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0 or x.device.type != "cpu":
             return super().forward(x)
-        return (x * dropout_keep_mask(x.shape, self.p, x.device)).div_(1.0 - self.p)
+        return (x * as_factor(dropout_keep_mask(x.shape, self.p, x.device), x.dtype)).div_(1.0 - self.p)
 
 
 class DroppedAttention(torch.autograd.Function):
@@ -107,13 +116,14 @@ class DroppedAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, keep, p: float):
         ctx.save_for_backward(q, k, v, mask, keep)
         ctx.p = p
-        return ((DroppedAttention.weights(q, k, mask) * keep) @ v).div_(1.0 - p)
+        weights = DroppedAttention.weights(q, k, mask)  # float32 under autocast (softmax), whatever q is
+        return (weights.mul_(as_factor(keep, weights.dtype)) @ v).div_(1.0 - p)
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, mask, keep = ctx.saved_tensors
         weights = DroppedAttention.weights(q, k, mask)
-        keep = keep.to(weights.dtype)  # once, for both products below
+        keep = as_factor(keep, weights.dtype)  # once, for both products below
         grad = grad / (1.0 - ctx.p)
         grad_weights = (grad @ v.mT).mul_(keep)
         grad_scores = grad_weights * weights
@@ -126,16 +136,16 @@ class DroppedAttention(torch.autograd.Function):
 def _recomputed_attention(q, k, v, mask, dropout: float):
     """Eq. 2 with attention dropout, for CPU training. PyTorch's fused CPU kernel has no dropout, so its
     fallback keeps the (B, h, T, T) weights, the dropout mask and the dropped weights of every layer until the
-    backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here each slice of the batch draws its
-    dropout mask once (one byte per weight) and :class:`DroppedAttention` recomputes its weights in the
-    backward pass, so one slice's weights exist at a time."""
+    backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here the dropout mask is drawn once
+    (one byte per weight; whole, so that the slice size never changes it) and :class:`DroppedAttention`
+    recomputes each slice's weights in the backward pass, so one slice's weights exist at a time."""
     rows = max(1, _ATTENTION_SLICE_FLOATS // (q.shape[1] * q.shape[2] * k.shape[2]))
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # else every product of a slice copies it
-    heads = []
-    for q_part, k_part, v_part, mask_part in zip(q.split(rows), k.split(rows), v.split(rows), mask.split(rows)):
-        keep = dropout_keep_mask((*q_part.shape[:3], k.shape[2]), dropout, q.device)
-        heads.append(DroppedAttention.apply(q_part, k_part, v_part, mask_part, keep, dropout))
-    return torch.cat(heads)  # split, not slicing: one gradient per input, not one zero-filled copy per slice
+    keep = dropout_keep_mask((*q.shape[:3], k.shape[2]), dropout, q.device)
+    # split, not slicing: one gradient per input, not one zero-filled copy per slice
+    heads = [DroppedAttention.apply(*parts, dropout)
+             for parts in zip(q.split(rows), k.split(rows), v.split(rows), mask.split(rows), keep.split(rows))]
+    return torch.cat(heads)
 
 
 def packed_attention(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor, layout: Layout,

@@ -299,14 +299,13 @@ def attention_with_dropout(q, k, v, mask, keep, p):
 
 def test_recomputed_attention_equals_eq_2_with_the_same_dropout_masks(monkeypatch):
     """CPU training recomputes eq. 2 slice by slice in the backward pass: outputs and gradients must equal
-    autograd's through the written-out equation with the same dropout masks, and without dropout PyTorch's
-    attention kernel."""
-    monkeypatch.setattr(transformer_fast, "_ATTENTION_SLICE_FLOATS", 2 * 2 * 6 * 6)  # 2 sequences a slice
+    autograd's through the written-out equation with the same dropout masks, whatever the slice size (a speed
+    setting: the masks are drawn for the whole batch), and without dropout PyTorch's attention kernel."""
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(5, 2, 6, 4, generator=generator) for _ in range(3))
-    mask = torch.zeros(5, 1, 6, 6)
+    q, k, v = (torch.randn(5, 2, 5, 4, generator=generator) for _ in range(3))  # 2 × 5 × 5 = 50 weights a sequence
+    mask = torch.zeros(5, 1, 5, 5)
     mask[:, :, :, :2] = float("-inf")  # two padding keys
-    mask[:, :, torch.arange(6), torch.arange(6)] = 0.0  # each position sees itself
+    mask[:, :, torch.arange(5), torch.arange(5)] = 0.0  # each position sees itself
 
     def run(attend):
         inputs = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -315,19 +314,21 @@ def test_recomputed_attention_equals_eq_2_with_the_same_dropout_masks(monkeypatc
         (out * torch.arange(out.numel()).view_as(out).sin()).sum().backward()
         return out, [t.grad for t in inputs]
 
-    def direct(q, k, v, mask):  # the same masks, drawn in the same order
-        keeps = [transformer_fast.dropout_keep_mask((len(q[i:i + 2]), 2, 6, 6), 0.5, q.device) for i in range(0, 5, 2)]
-        return torch.cat([attention_with_dropout(*(t[i:i + 2] for t in (q, k, v, mask)), keep, 0.5)
-                          for i, keep in zip(range(0, 5, 2), keeps)])
+    def direct(q, k, v, mask):  # the same masks: one draw for the batch
+        return attention_with_dropout(q, k, v, mask, transformer_fast.dropout_keep_mask((5, 2, 5, 5), 0.5, q.device),
+                                      0.5)
 
-    out, grads = run(lambda *a: transformer_fast._recomputed_attention(*a, 0.5))
     expected, expected_grads = run(direct)
-    assert torch.allclose(out, expected, atol=1e-6)
-    for grad, expected_grad in zip(grads, expected_grads):
-        assert torch.allclose(grad, expected_grad, atol=1e-6)
+    # one sequence a slice (50 weights: not a multiple of the 4 a random draw serves), two, all five at once
+    for sequences in (1, 2, 5):
+        monkeypatch.setattr(transformer_fast, "_ATTENTION_SLICE_FLOATS", sequences * 2 * 5 * 5)
+        out, grads = run(lambda *a: transformer_fast._recomputed_attention(*a, 0.5))
+        assert torch.allclose(out, expected, atol=1e-6), sequences
+        for grad, expected_grad in zip(grads, expected_grads):
+            assert torch.allclose(grad, expected_grad, atol=1e-6), sequences
     undropped = transformer_fast._attend(q, k, v, mask, 0.0)
     assert not torch.allclose(out, undropped, atol=1e-3)  # dropout was applied
-    everything = torch.ones(5, 2, 6, 6, dtype=torch.bool)
+    everything = torch.ones(5, 2, 5, 5, dtype=torch.bool)
     assert torch.allclose(attention_with_dropout(q, k, v, mask, everything, 0.0), undropped, atol=1e-6)
 
 
