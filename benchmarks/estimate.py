@@ -1,6 +1,7 @@
 """Each planned job's training time on this machine, estimated before anything trains: a few training steps of
-every distinct (dataset, model, settings) are timed on the real data, on the device and with the threads the job
-will get, and multiplied by the steps the job will run.
+every distinct (dataset, model, settings, precision) are timed on the real data, on the device, with the threads
+and under the precision (bf16 autocast, as the trainer applies it) the job will get, and multiplied by the steps
+the job will run.
 
 A job without early stopping runs exactly its steps (``max_steps``, else ``max_epochs`` × its batches per epoch);
 one that validation may stop earlier runs at most that many, so its figure is an upper bound; a time budget caps
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from recbench.benchmarks.trainer import resolve_device
+from recbench.benchmarks.trainer import native_bf16, resolve_device
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 
@@ -103,9 +104,10 @@ def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int],
     return stops
 
 
-def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int) -> float:
-    """Mean seconds of one training step (loss, backward, an Adam step) on batches of ``examples``,
-    after one untimed warm-up step; consecutive rows for models that train on ordered rows (GRU4Rec)."""
+def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int, bf16: bool = False) -> float:
+    """Mean seconds of one training step (loss, backward, an Adam step) on batches of ``examples``, the loss
+    under bf16 autocast where ``bf16`` (as the trainer's ``precision=bf16`` runs it), after one untimed warm-up
+    step; consecutive rows for models that train on ordered rows (GRU4Rec)."""
     n = len(next(iter(examples.values())))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-9)  # the update's cost, not its effect, is measured
     generator = torch.Generator(device=model.device).manual_seed(0)
@@ -115,7 +117,8 @@ def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int) 
         start = int(torch.randint(max(1, n - batch_size + 1), (), generator=generator, device=model.device))
         rows = (torch.arange(start, min(n, start + batch_size), device=model.device) if model.ordered_examples
                 else torch.randint(n, (min(n, batch_size),), generator=generator, device=model.device))
-        loss = model.loss({key: value[rows] for key, value in examples.items()}, generator)
+        with torch.autocast(device_type=model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model.loss({key: value[rows] for key, value in examples.items()}, generator)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -129,17 +132,24 @@ def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int) 
 
 
 def _measure(job, data, device: torch.device) -> tuple[float, int]:
-    """(seconds per step, training examples) of one planned job's model on its data."""
+    """(seconds per step, training examples) of one planned job's model on its data, in its precision."""
     model = model_class(job.job.model)(data.n_users, data.n_items, job.config.model).to(device)
     examples = {key: value.to(device) for key, value in model.training_examples(job.data_split(data).train()).items()}
-    return seconds_per_step(model, examples, job.config.train.batch_size), len(next(iter(examples.values())))
+    return (seconds_per_step(model, examples, job.config.train.batch_size, bf16=uses_bf16(job, device)),
+            len(next(iter(examples.values()))))
+
+
+def uses_bf16(job, device: torch.device) -> bool:
+    """Whether the trainer will run ``job`` under bf16 autocast on ``device`` (asked for, and native there)."""
+    return job.config.train.precision == "bf16" and native_bf16(device)
 
 
 def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: int | None = None,
                   n_jobs: int = 1, log=print, stops: dict | None = None) -> dict:
     """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.runner.plan_grid`) on ``datasets``,
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
-    Jobs that differ only in seed or trainer settings share one measurement. ``stops`` (:func:`reference_stops`)
+    Jobs that differ only in seed or in trainer settings other than the precision they train in share one
+    measurement. ``stops`` (:func:`reference_stops`)
     gives an early-stopped job of the same (dataset, model, profile, patience) its expected figure; every variant
     and size of a model is assumed to stop where its reference run did."""
     device = resolve_device(device)
@@ -153,7 +163,8 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
             if not issubclass(model_class(job.job.model), NeuralRecommender):
                 estimates[job.key] = Estimate(None)
                 continue
-            signature = (job.job.dataset, job.job.model, repr(job.config.model), job.config.train.batch_size)
+            signature = (job.job.dataset, job.job.model, repr(job.config.model), job.config.train.batch_size,
+                         uses_bf16(job, device))
             if signature not in measured:
                 log(f"  timing {job.job.model} on {job.job.dataset} ({len(measured) + 1})")
                 torch.manual_seed(0)

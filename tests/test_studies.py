@@ -21,7 +21,14 @@ from recbench.benchmarks.commands.studies import (
     sweep_values,
 )
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.estimate import Estimate, duration, estimate_jobs, planned_steps, reference_stops
+from recbench.benchmarks.estimate import (
+    Estimate,
+    duration,
+    estimate_jobs,
+    planned_steps,
+    reference_stops,
+    seconds_per_step as estimate_seconds_per_step,
+)
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
@@ -259,6 +266,48 @@ def test_estimates_time_real_steps_and_the_plan_states_them(tmp_path):
     text = "\n".join(plan_lines(planned, estimates))
     assert "estimated training: ≈" in text and "early stopping may end it sooner" in text
     assert "no training" in text and "tied to" not in text and "patience=1 hidden=256" in text
+
+
+@pytest.mark.parametrize("flags, timed_in_bf16", [({"avx512_bf16"}, True), (set(), False)])
+def test_a_bf16_job_is_timed_in_bf16_where_the_cpu_has_it(flags, timed_in_bf16, tmp_path, monkeypatch):
+    """The plan times a job as the trainer will run it: under bf16 autocast where precision=bf16 and the CPU has
+    native bf16, so its estimate is not an fp32 figure; without native bf16 it trains in fp32 and shares the fp32
+    job's measurement."""
+    from recbench.benchmarks import estimate, trainer
+
+    monkeypatch.setattr(trainer, "cpu_flags", lambda: flags)
+    timed = []
+
+    def spy(model, examples, batch_size, bf16=False):  # the autocast itself: the next test
+        timed.append(bf16)
+        return 0.5 if bf16 else 1.0
+
+    monkeypatch.setattr(estimate, "seconds_per_step", spy)
+    jobs = []
+    for precision in ("fp32", "bf16"):
+        jobs += ablation_jobs(["chain"], ["bert4rec"], variants=["default"], overrides=(
+            "max_len=8", "hidden=8", "heads=1", "max_epochs=3", "patience=1", f"precision={precision}"))
+    options = RunOptions(output=tmp_path, protocols=("pop100",), profile="smoke", device="cpu")
+    planned, datasets = plan_grid(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None)
+    estimates = estimate_jobs(planned, datasets, device="cpu", threads=1, log=lambda *_: None)
+    fp32, bf16 = (estimates[job.key] for job in planned)
+    assert timed == ([False, True] if timed_in_bf16 else [False])  # one measurement per precision actually used
+    assert fp32.per_step == 1.0 and bf16.per_step == (0.5 if timed_in_bf16 else 1.0)
+
+
+def test_seconds_per_step_runs_the_loss_under_bf16_autocast_when_asked():
+    class Recording(model_class("bprmf")):
+        def loss(self, batch, generator):
+            autocast.append(torch.is_autocast_enabled("cpu"))
+            return super().loss(batch, generator)
+
+    split = LeaveOneOutSplit(chain_data(n_users=60))
+    model = Recording(split.data.n_users, split.n_items, resolve("bprmf", "chain", "smoke", ()).model)
+    examples = model.training_examples(split.train())
+    for bf16 in (False, True):
+        autocast = []
+        assert estimate_seconds_per_step(model, examples, 16, bf16=bf16) > 0
+        assert autocast and set(autocast) == {bf16}
 
 
 def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp_path):
