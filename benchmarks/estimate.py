@@ -149,9 +149,9 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
     """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.runner.plan_grid`) on ``datasets``,
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
     Jobs that differ only in seed or in trainer settings other than the precision they train in share one
-    measurement. ``stops`` (:func:`reference_stops`)
-    gives an early-stopped job of the same (dataset, model, profile, patience) its expected figure; every variant
-    and size of a model is assumed to stop where its reference run did."""
+    measurement. ``stops`` (:func:`reference_stops`) gives an early-stopped job of the same (dataset, model,
+    profile, patience) its expected figure; every variant and size of a model is assumed to stop where its
+    reference run did."""
     device = resolve_device(device)
     previous_threads = torch.get_num_threads()
     previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
