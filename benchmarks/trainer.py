@@ -436,7 +436,8 @@ class Trainer:
             best_valid=state.best_metric if validate else None, stopped_by=state.stopped_by,
             train_seconds=state.train_seconds, curve=state.history, resumed_from_epoch=resumed_from,
             settings=dataclasses.asdict(self.settings), precision="bf16" if session.use_amp else "fp32",
-            samples_per_s=state.samples / state.batch_seconds if state.batch_seconds > 0 else None)
+            samples_per_s=state.samples / state.batch_seconds if state.batch_seconds > 0 else None,
+            cpu_seconds=state.cpu_seconds)
 
     # ------------------------------------------------------------------------------------- the progress bar
 

@@ -214,7 +214,9 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     cpu_started = time.process_time()
     fit = fit_model(model, split.train(), validate, planned.config.train, run)
     facts = {**_job_fields(planned, data, split), **_fit_fields(planned, fit), "model_report": _training_report(model),
-             "train_cpu_seconds": time.process_time() - cpu_started, "peak_memory_mb": memory.peak_mb(),
+             # a resumed run's CPU time is the trainer's, summed over its sessions; this process saw the last one
+             "train_cpu_seconds": time.process_time() - cpu_started if fit.cpu_seconds is None else fit.cpu_seconds,
+             "peak_memory_mb": memory.peak_mb(),
              "device": describe_device(device), "versions": library_versions(), "commit": payload.commit}
     if not payload.test:  # a tuning trial: the test split is never evaluated
         return [_validation_row(planned, {**facts, **_split_fields(split, "valid")}, fit)], {}, fit.epochs_run > 0

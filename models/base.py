@@ -124,6 +124,7 @@ class FitReport:
     settings: dict | None = None  # the trainer's settings (None: no gradient training)
     precision: str | None = None  # "fp32" or "bf16" (None: no gradient training)
     samples_per_s: float | None = None  # training examples per second of the batch loop
+    cpu_seconds: float | None = None  # process CPU time of training, all threads, over every resumed session
 
 
 class Recommender(ABC):

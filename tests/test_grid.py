@@ -117,6 +117,24 @@ def test_a_rerun_without_resume_refuses_to_discard_an_interrupted_job_and_the_pl
     assert {row["resumed_from_epoch"] for row in rows(tmp_path) if row["model"] == "sasrec"} == {2}
 
 
+def test_a_resumed_row_counts_the_training_time_of_every_session(tmp_path, capsys, monkeypatch):
+    """A long run is resumed across sessions; its row's wall-clock and CPU training time are the sums over all of
+    them, not the last session's (the CPU figure was the last session's alone: 1,203 s for an 11.6-hour run)."""
+    interrupt_training_at_validation(monkeypatch, 3)
+    argv = ["--models", "sasrec", *TINY, "--set", "sasrec:max_epochs=4"]
+    assert run(argv, tmp_path, capsys)[0] == 1  # stopped after epoch 2, its checkpoint kept
+    monkeypatch.undo()
+    (checkpoint,) = (tmp_path / "out" / "checkpoints").glob("*.pt")
+    saved = torch.load(checkpoint, weights_only=False)
+    saved["state"]["train_seconds"] += 3600.0  # as if the first session had trained an hour
+    saved["state"]["cpu_seconds"] += 3000.0
+    torch.save(saved, checkpoint)
+    assert run([*argv, "--resume"], tmp_path, capsys)[0] == 0
+    (row, *_) = rows(tmp_path)
+    assert row["resumed_from_epoch"] == 2
+    assert 3600.0 < row["train_seconds"] < 3600.0 + 600 and 3000.0 < row["train_cpu_seconds"] < 3000.0 + 600
+
+
 def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):
     assert run(["--models", "pop", "bprmf", "fpmc"], tmp_path, capsys)[0] == 0
     before = {(row["model"], row["protocol"]): row for row in rows(tmp_path)}
