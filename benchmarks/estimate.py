@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from recbench.benchmarks.trainer import native_bf16, resolve_device
+from recbench.benchmarks.trainer import resolve_device, trains_in_bf16
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 
@@ -135,13 +135,8 @@ def _measure(job, data, device: torch.device) -> tuple[float, int]:
     """(seconds per step, training examples) of one planned job's model on its data, in its precision."""
     model = model_class(job.job.model)(data.n_users, data.n_items, job.config.model).to(device)
     examples = {key: value.to(device) for key, value in model.training_examples(job.data_split(data).train()).items()}
-    return (seconds_per_step(model, examples, job.config.train.batch_size, bf16=uses_bf16(job, device)),
-            len(next(iter(examples.values()))))
-
-
-def uses_bf16(job, device: torch.device) -> bool:
-    """Whether the trainer will run ``job`` under bf16 autocast on ``device`` (asked for, and native there)."""
-    return job.config.train.precision == "bf16" and native_bf16(device)
+    return (seconds_per_step(model, examples, job.config.train.batch_size,
+                             bf16=trains_in_bf16(job.config.train, device)), len(next(iter(examples.values()))))
 
 
 def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: int | None = None,
@@ -164,7 +159,7 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
                 estimates[job.key] = Estimate(None)
                 continue
             signature = (job.job.dataset, job.job.model, repr(job.config.model), job.config.train.batch_size,
-                         uses_bf16(job, device))
+                         trains_in_bf16(job.config.train, device))
             if signature not in measured:
                 log(f"  timing {job.job.model} on {job.job.dataset} ({len(measured) + 1})")
                 torch.manual_seed(0)

@@ -207,6 +207,11 @@ def native_bf16(device: torch.device) -> bool:
     return bool(cpu_flags() & set(BF16_CPU_FLAGS))
 
 
+def trains_in_bf16(settings: TrainSettings, device: torch.device) -> bool:
+    """Whether training with ``settings`` on ``device`` runs under bf16 autocast: asked for, and native there."""
+    return settings.precision == "bf16" and native_bf16(device)
+
+
 def fit_model(model: Recommender, train: Histories, validate: Validator | None, settings: TrainSettings,
               run: TrainRun | None = None) -> FitReport:
     """The harness's one way to fit any model: a neural model by the shared :class:`Trainer`, any other (POP)
@@ -306,10 +311,10 @@ class Trainer:
     def _uses_bf16(self, model: NeuralRecommender) -> bool:
         """Whether this run trains under bf16 autocast: asked for and native on the model's device; else one line
         says that it trains in fp32 (and its rows record fp32)."""
+        if trains_in_bf16(self.settings, model.device):
+            return True
         if self.settings.precision != "bf16":
             return False
-        if native_bf16(model.device):
-            return True
         tqdm.write(f"{model.name}: precision=bf16 asked for, but {model.device.type} has no native bf16 "
                    f"({' or '.join(BF16_CPU_FLAGS)} on a CPU), so it trains in fp32 and its rows say fp32",
                    file=sys.stderr)
