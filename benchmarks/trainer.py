@@ -173,6 +173,17 @@ class _Session:
     cpu_started: float = 0.0  # process_time() at the run's start, earlier sessions' CPU time included
 
 
+def improves(value: float, best: float) -> bool:
+    """Early stopping's test of a validation: a new best only when strictly greater, so a tie keeps the earlier,
+    shorter run."""
+    return value > best
+
+
+def patience_spent(bad_validations: int, patience: int | None) -> bool:
+    """Early stopping's end: ``patience`` validations in a row without a new best (``None``: never)."""
+    return patience is not None and bad_validations >= patience
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` picks CUDA when present; asking for ``cuda`` on a machine without it is an error."""
     if name == "auto":
@@ -403,7 +414,7 @@ class Trainer:
             metrics = validate(session.model)
             state.history[-1].update({f"valid_{name}": value for name, value in metrics.items()})
             value = metrics[s.valid_metric]
-            improved = value > state.best_metric
+            improved = improves(value, state.best_metric)
             if improved:
                 state.best_metric, state.best_epoch, state.best_step = value, epoch, state.step
                 state.bad_validations = 0
@@ -421,7 +432,7 @@ class Trainer:
             state.stopped_by = cut_short
         elif stop:
             state.stopped_by = stop
-        elif s.patience is not None and state.bad_validations >= s.patience:
+        elif patience_spent(state.bad_validations, s.patience):
             state.stopped_by = "early stopping"
 
     def _save(self, session: _Session, state: TrainState) -> None:

@@ -54,6 +54,15 @@ def test_early_stopping_keeps_the_best_weights():
     assert report.stopped_by == "early stopping"
 
 
+def test_a_tie_is_no_improvement_so_the_earlier_epoch_is_kept():
+    """A validation equal to the best so far counts against the patience, and the run keeps the earlier epoch's
+    weights (the shorter run)."""
+    model = new_model()
+    validate, snapshots = scripted_validator([0.2, 0.3, 0.3, 0.3, 0.9])
+    report = trainer().fit(model, toy_split().train(), validate)
+    assert report.epochs_run == 4 and report.best_epoch == 2
+    assert torch.equal(model.item_factors.weight, snapshots[1])
+
 def test_same_seed_same_weights_on_cpu():
     split = toy_split()
     first, second = new_model(), new_model()

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from recbench.benchmarks.store import write_atomic
+from recbench.benchmarks.trainer import improves, patience_spent
 from recbench.reports import names
 from recbench.reports.figures import curve_figures
 from recbench.reports.published import load_published
@@ -54,19 +55,19 @@ def invocations(folder: Path, keys: set[str]) -> list[dict]:
 
 def shorter_patience(curve: list[dict], metric: str, patience: int) -> dict | None:
     """Where early stopping with ``patience`` would have ended a run whose validation ``curve`` (the row's, one
-    entry per epoch, ``valid_<metric>`` where validated) went on longer: the trainer's rule (a new best must be
-    strictly greater; stop once ``patience`` validations in a row are not) replayed on it. None where the curve
-    never waits that long. With the same seed that run would have followed this curve exactly, as a CPU run does."""
+    entry per epoch, ``valid_<metric>`` where validated) went on longer: the trainer's rule replayed on it. None
+    where the curve never waits that long. With the same seed that run would have followed this curve exactly, as a
+    CPU run does."""
     best, best_epoch, bad = float("-inf"), 0, 0
     for entry in curve:
         value = entry.get(f"valid_{metric}")
         if value is None:
             continue
-        if value > best:
+        if improves(value, best):
             best, best_epoch, bad = value, entry["epoch"], 0
         else:
             bad += 1
-            if bad >= patience:
+            if patience_spent(bad, patience):
                 return {"stop_epoch": entry["epoch"], "best_epoch": best_epoch, "best_valid": round(best, 4)}
     return None
 
