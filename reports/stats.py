@@ -121,18 +121,25 @@ class PerUser:
 
     def compare(self, rows_a: list[Row], rows_b: list[Row], metric: str) -> PairedTest | None:
         """Paired t-test and Wilcoxon signed-rank test of ``metric`` between two models' results."""
-        a, b = self.averaged(rows_a, metric), self.averaged(rows_b, metric)
-        if a is None or b is None:
-            return None
-        users, left, right = np.intersect1d(a[0], b[0], assume_unique=True, return_indices=True)
-        if len(users) < 2:
-            return None
-        x, y = a[1][left], b[1][right]
-        if np.array_equal(x, y):  # identical results: no evidence of a difference (the tests are undefined)
-            return PairedTest(len(users), 1.0, 1.0)
-        t_p = float(stats.ttest_rel(x, y).pvalue)
-        w_p = float(stats.wilcoxon(x, y).pvalue)
-        return PairedTest(len(users), t_p if not math.isnan(t_p) else 1.0, w_p if not math.isnan(w_p) else 1.0)
+        return paired_test(self.averaged(rows_a, metric), self.averaged(rows_b, metric))
+
+
+def paired_test(a: tuple[np.ndarray, np.ndarray] | None,
+                b: tuple[np.ndarray, np.ndarray] | None) -> PairedTest | None:
+    """Paired t-test and Wilcoxon signed-rank test between two sets of per-user values, each (users, values) as
+    :meth:`PerUser.averaged` gives them, on the users both hold; None when either is missing or fewer than two
+    users are shared."""
+    if a is None or b is None:
+        return None
+    users, left, right = np.intersect1d(a[0], b[0], assume_unique=True, return_indices=True)
+    if len(users) < 2:
+        return None
+    x, y = a[1][left], b[1][right]
+    if np.array_equal(x, y):  # identical results: no evidence of a difference (the tests are undefined)
+        return PairedTest(len(users), 1.0, 1.0)
+    t_p = float(stats.ttest_rel(x, y).pvalue)
+    w_p = float(stats.wilcoxon(x, y).pvalue)
+    return PairedTest(len(users), t_p if not math.isnan(t_p) else 1.0, w_p if not math.isnan(w_p) else 1.0)
 
 
 def holm(pvalues: list[float]) -> list[float]:
