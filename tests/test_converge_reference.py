@@ -28,3 +28,21 @@ def test_it_agrees_with_the_trainer_run_with_that_patience():
         assert short.stopped_by == "early stopping"
         assert shorter_patience(longer.curve, "NDCG@10", patience) == {
             "stop_epoch": short.epochs_run, "best_epoch": short.best_epoch, "best_valid": round(short.best_valid, 4)}
+
+
+def test_a_folder_of_bf16_runs_is_refused_in_one_line_so_it_never_overwrites_the_fp32_reference(tmp_path,
+                                                                                                 monkeypatch):
+    import pytest
+
+    import run_all
+    from benchmarks.experiments import converge_reference
+    from recbench.benchmarks import trainer
+
+    monkeypatch.setattr(trainer, "cpu_flags", lambda: {"amx_bf16"})
+    assert run_all.main(["--models", "sasrec", "--profile", "converge", "--set", "precision=bf16", "--set",
+                         "sasrec:max_len=20", "--set", "sasrec:hidden=16", "--set", "sasrec:max_epochs=1",
+                         "--output", str(tmp_path / "bf16"), "--cache-dir", str(tmp_path / "cache"), "--quiet",
+                         "--no-report"]) == 0
+    with pytest.raises(SystemExit, match=r"bf16: holds bf16 rows; .*\.precision_quality compares a bf16 folder"):
+        converge_reference.main([str(tmp_path / "bf16"), "--output", str(tmp_path / "reference")])
+    assert not (tmp_path / "reference").exists()

@@ -169,6 +169,9 @@ def main(argv=None) -> int:
         if len(datasets) != 1 or profiles != {"converge"}:
             sys.exit(f"{folder}: expected the rows of one dataset under --profile converge, found datasets "
                      f"{sorted(datasets)} and profiles {sorted(map(str, profiles))}")
+        if {row.get("precision") for row in result.rows} - {"fp32", None}:
+            sys.exit(f"{folder}: holds bf16 rows; the reproduction's reference files are the fp32 runs, and "
+                     f"python -m benchmarks.experiments.precision_quality compares a bf16 folder with them")
         dataset = datasets.pop()
         keys = {row.get("key") for row in result.rows}
         summaries = [model_summary(result.select(model=model, study="main"))
