@@ -172,8 +172,10 @@ def _record(outcome: JobOutcome, store: ResultStore, result: GridResult) -> None
 
 
 class Progress:
-    """One line per started and finished job, with the time left estimated from the jobs that trained (jobs
-    without training, like POP, take seconds and would make the estimate far too short)."""
+    """One line per started and finished job, with the time left estimated from the finished jobs that trained,
+    model by model: a job is expected to take as long as the finished jobs of its model took on average. Jobs
+    without training (POP) take seconds, and models differ a hundredfold under the converge profile (BPR-MF
+    minutes, BERT4Rec hours), so a job of a model not yet timed gets no guess: the line counts it apart."""
 
     def __init__(self, planned: list[PlannedJob], pending: list[PlannedJob], parallelism: int, log):
         self.pending = {job.key: job for job in pending}
@@ -199,9 +201,13 @@ class Progress:
                      f"{': ' + metrics if metrics else ''}{self._left()}")
 
     def _left(self) -> str:
-        if not self.seconds or not self.pending:
+        timed = [job for job in self.pending.values() if job.job.model in self.seconds]
+        untimed = len(self.pending) - len(timed)
+        if not timed:
             return ""
-        overall = float(np.mean([s for values in self.seconds.values() for s in values]))
-        left = sum(np.mean(self.seconds[job.job.model]) if job.job.model in self.seconds else overall
-                   for job in self.pending.values()) / self.parallelism
-        return f", about {left / 60:.1f} min left" if left >= 60 else f", about {left:.0f} s left"
+        left = sum(float(np.mean(self.seconds[job.job.model])) for job in timed) / self.parallelism
+        text = f"about {left / 60:.1f} min left" if left >= 60 else f"about {left:.0f} s left"
+        if untimed:
+            text += (f" for the {len(timed)} job{'s' if len(timed) > 1 else ''} of models timed so far, "
+                     f"{untimed} more of models not yet timed")
+        return ", " + text

@@ -3,6 +3,7 @@ failures recorded without stopping the grid, parallel and distributed execution,
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -133,6 +134,30 @@ def test_a_resumed_row_counts_the_training_time_of_every_session(tmp_path, capsy
     (row, *_) = rows(tmp_path)
     assert row["resumed_from_epoch"] == 2
     assert 3600.0 < row["train_seconds"] < 3600.0 + 600 and 3000.0 < row["train_cpu_seconds"] < 3000.0 + 600
+
+
+def test_the_time_left_counts_a_resumed_jobs_earlier_sessions_and_guesses_nothing_for_untimed_models(
+        tmp_path, capsys, monkeypatch):
+    """The grid's time left: a job resumed near its end took its earlier sessions too (it was estimated from the
+    last session's seconds: 1.8 min left for a grid of hours), and a model without a finished job gets no guess
+    from the others' times (BPR-MF's minutes said nothing of FPMC's half hour)."""
+    interrupt_training_at_validation(monkeypatch, 3)
+    tiny = [*TINY, "--set", "sasrec:max_epochs=4"]
+    assert run(["--models", "sasrec", *tiny], tmp_path, capsys)[0] == 1  # stopped after epoch 2, checkpoint kept
+    monkeypatch.undo()
+    (checkpoint,) = (tmp_path / "out" / "checkpoints").glob("*.pt")
+    saved = torch.load(checkpoint, weights_only=False)
+    saved["state"]["train_seconds"] += 3600.0  # as if the first session had trained an hour
+    torch.save(saved, checkpoint)
+    code, out, err = run(["--models", "sasrec", "bprmf", "--seeds", "0", "1", *tiny, "--resume"], tmp_path, capsys)
+    lines = [line for line in (out + err).splitlines() if line.startswith("[")]
+    assert code == 0 and [line.split()[1] for line in lines] == [
+        "synthetic/sasrec/seed0", "synthetic/sasrec/seed1", "synthetic/bprmf/seed0", "synthetic/bprmf/seed1"]
+    assert lines[0].endswith(")")  # nothing timed yet: no guess
+    # sasrec seed 0 took an hour over its two sessions, so its seed 1 is expected to; BPR-MF is not timed yet
+    assert re.search(r", about 6\d\.\d min left for the 1 job of models timed so far, 2 more of models not yet "
+                     r"timed$", lines[1]), lines[1]
+    assert re.search(r", about \d+ s left$", lines[3]), lines[3]  # every model timed: the estimate alone
 
 
 def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):
