@@ -6,7 +6,8 @@
    located (downloaded where allowed) and prepared *before the first training step*; all problems are reported
    together. Each job gets its key (:mod:`benchmarks.jobs`).
 2. **Execute** (:mod:`benchmarks.execution`): the jobs not already finished run in this process, in joblib
-   worker processes or on a Dask cluster. A worker runs :func:`benchmarks.worker.run_job` and returns its result
+   worker processes or on a Dask cluster; a study job that a folder of ``options.reuse`` already holds as a
+   main-grid job (:class:`Twin`) takes that job's rows instead. A worker runs :func:`benchmarks.worker.run_job` and returns its result
    rows and per-user arrays; it writes nothing but its own checkpoint and the claim beside it.
 3. **Record** (:class:`benchmarks.store.ResultStore`): the driver alone writes, one job at a time and
    atomically: a finished job's rows replace only rows of the same key; a failed job is recorded with its error
@@ -50,6 +51,55 @@ class GridResult:
         return [row for outcome in sorted(self.finished, key=lambda o: order[o.key]) for row in outcome.rows]
 
 
+@dataclass(frozen=True)
+class Twin:
+    """A study job's computation already done by a main-grid job: the same model, dataset, settings, seed,
+    protocols and profile, only the study's labels differ (the ablation's default row is the main grid's job)."""
+
+    folder: Path
+    key: str
+    rows: tuple
+
+
+def main_grid_key(job: PlannedJob) -> str:
+    """The key ``job`` would have as a main-grid job (``run_all.py``): its identity without the study's labels."""
+    return dataclasses.replace(job, job=dataclasses.replace(job.job, study="main", variant=None, sweep=None)).key
+
+
+def reusable_twins(planned: list[PlannedJob], folders) -> dict[str, Twin]:
+    """{key: twin} of the planned study jobs whose every result row a folder of ``folders`` already holds under the
+    main-grid key (:func:`main_grid_key`); the first folder that holds one counts."""
+    twins = {}
+    stores = [ResultStore(Path(folder).resolve()) for folder in folders]
+    for job in planned:
+        if job.job.study == "main":
+            continue
+        key = main_grid_key(job)
+        for store in stores:
+            rows = [row for row in store.rows if row.get("key") == key]
+            if set(job.protocols) <= {row["protocol"] for row in rows}:
+                twins[job.key] = Twin(store.folder, key, tuple(rows))
+                break
+    return twins
+
+
+def _reused(job: PlannedJob, twin: Twin) -> JobOutcome:
+    """``twin``'s rows and per-user files as ``job``'s own: relabelled with the job's key, labels and file names,
+    and ``reused_from`` naming the folder and key they were computed under."""
+    rows, files = [], {}
+    for row in twin.rows:
+        # the files a row names, under the names the worker gives a job's files
+        names = {"per_user_file": f"per_user/{job.file_stem}__{row['protocol']}.npz",
+                 "attention_file": f"attention/{job.file_stem}.npz"}
+        renamed = {column: names[column] for column in names if row.get(column)}
+        for column, name in renamed.items():
+            files[name] = (twin.folder / row[column]).read_bytes()
+        rows.append({**row, **renamed, "key": job.key, "run_id": job.run_id, "study": job.job.study,
+                     "variant": job.job.variant, "sweep": job.job.sweep,
+                     "reused_from": {"folder": str(twin.folder), "key": twin.key, "run_id": row.get("run_id")}})
+    return JobOutcome(job.key, job.run_id, "finished", rows, files)
+
+
 def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = None, plan: tuple | None = None,
              log=print) -> GridResult:
     """Plan, run and record a grid of jobs (see the module docstring); returns what became of each job.
@@ -67,8 +117,15 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     store = ResultStore(Path(options.output).resolve())
     result = GridResult(planned)
     pending = _pending(planned, store, options.resume, result, log)
+    twins = reusable_twins(pending, options.reuse)
+    pending = [job for job in pending if job.key not in twins]
     invocation = _invocation(options)
-    store.start_invocation(invocation, planned, {job.key for job in pending})
+    store.start_invocation(invocation, planned, {job.key for job in pending}, reused=set(twins))
+    for number, job in enumerate(planned, start=1):
+        if job.key in twins:
+            log(f"[{number}/{len(planned)}] {job.run_id}: reused from {twins[job.key].folder} "
+                f"(key {twins[job.key].key[:12]}), the same job there")
+            _record(_reused(job, twins[job.key]), store, result)
     cache = resolve_cache_dir(options.cache_dir)
     if pending:
         prepare_negatives(pending, datasets, cache, log)

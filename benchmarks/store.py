@@ -214,14 +214,16 @@ class ResultStore:
         if failures or self.failures_path.exists():
             write_atomic(self.failures_path, "".join(json.dumps(f) + "\n" for f in failures))
 
-    def start_invocation(self, invocation: dict, planned: list, pending: set[str]) -> None:
-        """Append this invocation to ``manifest.jsonl`` and merge its jobs into ``config.json``."""
+    def start_invocation(self, invocation: dict, planned: list, pending: set[str], reused=frozenset()) -> None:
+        """Append this invocation to ``manifest.jsonl`` and merge its jobs into ``config.json``; each job's action
+        is ``run`` (``pending``), ``reuse`` (``reused``: rows copied from another folder) or ``skip``."""
         self.invocation_id = f"{now()}-{socket.gethostname()}-{os.getpid()}"
         jobs = [job.describe() for job in planned]
         with self._locked():
             self._append_manifest({"event": "start", "invocation": self.invocation_id, "time": now(),
                                    **invocation, "jobs": [{"key": job["key"], "run_id": job["run_id"],
-                                                           "action": "run" if job["key"] in pending else "skip"}
+                                                           "action": "run" if job["key"] in pending else
+                                                           "reuse" if job["key"] in reused else "skip"}
                                                           for job in jobs]})
             config = json.loads(self.config_path.read_text()) if self.config_path.exists() else {}
             known = {job.get("key"): job for job in config.get("jobs", []) if isinstance(job, dict)}

@@ -372,3 +372,48 @@ def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
     table = study_table(written[:2])
     assert "w/o PE" in table and "chain bert4rec (pop100)" in table
     assert np.isfinite([r["metrics"]["NDCG@10"] for r in written]).all()
+
+
+def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_again(tmp_path):
+    """The ablation's default row is the main grid's job under other labels: with --reuse it takes that job's rows
+    and files, labelled reused_from, and trains only the variants; a job with other settings finds no twin."""
+    from recbench.benchmarks.grid import reusable_twins
+    from recbench.benchmarks.jobs import Job
+
+    tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=1", "valid_every=1", "dupe_factor=1")
+    data, main_folder = {"chain": chain_data(n_users=60)}, tmp_path / "main"
+
+    def options(folder, reuse=()):
+        return RunOptions(output=tmp_path / folder, protocols=("full", "pop100"), profile="smoke", device="cpu",
+                          cache_dir=str(tmp_path / "cache"), progress=False, reuse=reuse)
+
+    originals = run_jobs([Job("chain", "bert4rec", 0, overrides=tiny)], options("main"), preloaded=data,
+                         log=lambda *_: None).rows
+    jobs = ablation_jobs(["chain"], ["bert4rec"], variants=["default", "w/o PE"], overrides=tiny)
+    planned, _ = plan_grid(jobs, options("study", (main_folder,)), preloaded=data)
+    twins = reusable_twins(planned, (main_folder,))
+    assert list(twins) == [planned[0].key] and twins[planned[0].key].key == originals[0]["key"]
+    assert "    reused: the same job's rows in" in "\n".join(plan_lines(planned, None, 1, twins))
+
+    logged = []
+    result = run_jobs(jobs, options("study", (main_folder,)), preloaded=data, log=logged.append)
+    assert [outcome.trained for outcome in result.finished] == [False, True]  # only w/o PE trained
+    assert any(line.startswith("[1/2] chain/bert4rec/default/seed0: reused from ") for line in logged)
+    written = [json.loads(line) for line in (tmp_path / "study" / "results.jsonl").read_text().splitlines()]
+    reused = [row for row in written if row["variant"] == "default"]
+    assert [row["protocol"] for row in reused] == [row["protocol"] for row in originals] == ["full", "pop100"]
+    for row, original in zip(reused, originals):
+        assert row["metrics"] == original["metrics"] and row["key"] == planned[0].key != original["key"]
+        assert (row["study"], row["run_id"]) == ("ablation", "chain/bert4rec/default/seed0")
+        assert row["reused_from"] == {"folder": str(main_folder.resolve()), "key": original["key"],
+                                      "run_id": "chain/bert4rec/seed0"}
+        for column in ("per_user_file", "attention_file"):
+            assert (tmp_path / "study" / row[column]).read_bytes() == (main_folder / original[column]).read_bytes()
+            assert planned[0].file_stem in row[column]
+    manifest = [json.loads(line) for line in (tmp_path / "study" / "manifest.jsonl").read_text().splitlines()]
+    assert [job["action"] for job in manifest[0]["jobs"]] == ["reuse", "run"]
+
+    other = ablation_jobs(["chain"], ["bert4rec"], variants=["default"], overrides=(*tiny, "lr=0.01"))
+    assert reusable_twins(plan_grid(other, options("other"), preloaded=data)[0], (main_folder,)) == {}
+    assert RunOptions(output=tmp_path, reuse=(tmp_path / "nowhere",)).problems() == [
+        f"--reuse {tmp_path / 'nowhere'}: no results.jsonl there (expected a results folder of run_all.py)"]

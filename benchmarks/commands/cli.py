@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
+from recbench.benchmarks.grid import interrupted, progress_text, reusable_twins, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
@@ -72,14 +72,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Path,
-                logs: dict | None = None) -> RunOptions:
+                logs: dict | None = None, reuse=()) -> RunOptions:
     """The :class:`RunOptions` of the options :func:`add_run_options` added, for this grid's protocols, profile
-    and output folder (and the logs of the user's own among its datasets, ``datasets.log_entries``)."""
+    and output folder (and the logs of the user's own among its datasets, ``datasets.log_entries``, and the folders
+    whose main-grid rows a study reuses)."""
     return RunOptions(output=output, protocols=tuple(protocols), profile=profile,
                       config_files=tuple(args.config_files), device=args.device, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, resume=args.resume, n_jobs=args.jobs, threads=args.threads,
                       dask_scheduler=args.dask_scheduler, keep_checkpoints=args.keep_checkpoints,
-                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args))
+                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args),
+                      reuse=tuple(reuse))
 
 
 def split_spec(args: argparse.Namespace) -> SplitSpec:
@@ -96,7 +98,7 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
     try:
         if args.dry_run:
             planned, _ = plan or plan_grid(jobs, options)
-            print_plan(planned, ResultStore(options.output), options.resume)
+            print_plan(planned, ResultStore(options.output), options.resume, reusable_twins(planned, options.reuse))
             return 0
         result = run_jobs(jobs, options, plan=plan)
     except GridInterrupted:
@@ -128,9 +130,10 @@ def _finish(args: argparse.Namespace, result, options: RunOptions, table: Callab
     return 0
 
 
-def print_plan(planned: list, store: ResultStore, resume: bool) -> None:
+def print_plan(planned: list, store: ResultStore, resume: bool, twins: dict | None = None) -> None:
     """``--dry-run``: every job with its key, what would happen to it (with ``resume``: skipped when done,
-    resumed from its checkpoint and where it stands), and every resolved setting."""
+    resumed from its checkpoint and where it stands; reused where ``twins`` has its rows), and every resolved
+    setting."""
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
@@ -139,6 +142,8 @@ def print_plan(planned: list, store: ResultStore, resume: bool) -> None:
         action = "run"
         if resume and store.done(job.key, job.protocols):
             action = "skip (done)"
+        elif job.key in (twins or {}):
+            action = f"reuse the same job's rows in {twins[job.key].folder} (key {twins[job.key].key[:12]})"
         elif job.key in states:
             where = progress_text(job, states[job.key])
             action = f"resume from {where}" if resume else f"refused without --resume (its checkpoint: {where})"

@@ -40,6 +40,7 @@ from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, r
 from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
 from recbench.benchmarks.estimate import duration, estimate_jobs, reference_stops
 from recbench.benchmarks.evaluator import PROTOCOLS
+from recbench.benchmarks.grid import reusable_twins
 from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.options import output_suffix
 from recbench.benchmarks.planner import plan_grid
@@ -257,9 +258,10 @@ def at_once(seconds: list[float], n_jobs: int) -> float:
     return max(sum(seconds) / n_jobs, max(seconds, default=0.0))
 
 
-def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1) -> list[str]:
+def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, twins: dict | None = None) -> list[str]:
     """The study's plan, one entry per job: what the study sets (its overrides, the tied values among them), what
-    an ablation row removes, and the estimated training time (:mod:`benchmarks.estimate`) when given; with
+    an ablation row removes, where its rows are reused from (``twins``, :func:`benchmarks.grid.reusable_twins`:
+    no training, no estimate), and the estimated training time (:mod:`benchmarks.estimate`) when given; with
     ``n_jobs`` above 1 also the time with that many jobs at once."""
     lines = []
     for number, job in enumerate(planned, start=1):
@@ -273,7 +275,10 @@ def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1) ->
         removes = names.ablation_removes(spec.model, spec.variant) if spec.study == "ablation" else None
         if removes:
             lines.append(f"    removes: {removes}")
-        if estimates is not None and job.key in estimates:
+        if job.key in (twins or {}):
+            lines.append(f"    reused: the same job's rows in {twins[job.key].folder} (key {twins[job.key].key[:12]}), "
+                         f"not trained again")
+        elif estimates is not None and job.key in estimates:
             lines.append(f"    estimated training: {estimates[job.key].describe()}")
     if estimates:
         capped = [estimate.seconds or 0.0 for estimate in estimates.values()]
@@ -311,6 +316,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
                          help="applied to every job before the study's own overrides (repeatable); a field the "
                               "study ties to its swept value is left as set here")
+        sub.add_argument("--reuse", action="append", default=[], metavar="FOLDER",
+                         help="a results folder of run_all.py: a study job that is the same computation as a job "
+                              "there (same model, data, settings, seed and profile; the ablation's default row, "
+                              "say) takes that job's rows, labelled reused_from, instead of training again "
+                              "(repeatable)")
         sub.add_argument("--no-estimate", dest="estimate", action="store_false",
                          help="skip timing a few training steps per job for the plan's time estimates")
         add_run_options(sub)  # --output defaults to results/study-<study>-<datasets>-<profile>
@@ -354,11 +364,14 @@ def main(argv=None) -> int:
         output = Path(args.output or Path("results") / (f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}"
                                                         f"{output_suffix(args.split)}"))
         print(f"{args.study}: {len(jobs)} job(s), profile {args.profile}, split {args.split} -> {output}/")
-        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
+        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output,
+                              reuse=args.reuse)
         planned, datasets = plan_grid(jobs, options)
-        estimates = (estimate_jobs(planned, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
-                                   stops=reference_stops()) if args.estimate else None)
-        print(*plan_lines(planned, estimates, args.jobs), sep="\n")
+        twins = reusable_twins(planned, options.reuse)
+        trained = [job for job in planned if job.key not in twins]
+        estimates = (estimate_jobs(trained, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
+                                   stops=reference_stops()) if args.estimate and trained else None)
+        print(*plan_lines(planned, estimates, args.jobs, twins), sep="\n")
 
         def table(rows: list[dict]) -> str:
             text = study_table(rows)
