@@ -7,8 +7,9 @@
    together. Each job gets its key (:mod:`benchmarks.jobs`).
 2. **Execute** (:mod:`benchmarks.execution`): the jobs not already finished run in this process, in joblib
    worker processes or on a Dask cluster; a study job that a folder of ``options.reuse`` already holds as a
-   main-grid job (:class:`Twin`) takes that job's rows instead. A worker runs :func:`benchmarks.worker.run_job` and returns its result
-   rows and per-user arrays; it writes nothing but its own checkpoint and the claim beside it.
+   main-grid job (:class:`Twin`) takes that job's rows instead. A worker runs :func:`benchmarks.worker.run_job`
+   and returns its result rows and per-user arrays; it writes nothing but its own checkpoint and the claim beside
+   it.
 3. **Record** (:class:`benchmarks.store.ResultStore`): the driver alone writes, one job at a time and
    atomically: a finished job's rows replace only rows of the same key; a failed job is recorded with its error
    and the grid goes on; every invocation is appended to ``manifest.jsonl``.
