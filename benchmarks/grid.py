@@ -6,8 +6,8 @@
    located (downloaded where allowed) and prepared *before the first training step*; all problems are reported
    together. Each job gets its key (:mod:`benchmarks.jobs`).
 2. **Execute** (:mod:`benchmarks.execution`): the jobs not already finished run in this process, in joblib
-   worker processes or on a Dask cluster; a study job that a folder of ``options.reuse`` already holds as a
-   main-grid job (:class:`Twin`) takes that job's rows instead. A worker runs :func:`benchmarks.worker.run_job`
+   worker processes or on a Dask cluster; a study job that a ``reuse`` folder already holds as a main-grid job
+   (:class:`Twin`) takes that job's rows instead. A worker runs :func:`benchmarks.worker.run_job`
    and returns its result rows and per-user arrays; it writes nothing but its own checkpoint and the claim beside
    it.
 3. **Record** (:class:`benchmarks.store.ResultStore`): the driver alone writes, one job at a time and
@@ -102,12 +102,13 @@ def _reused(job: PlannedJob, twin: Twin) -> JobOutcome:
 
 
 def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = None, plan: tuple | None = None,
-             log=print) -> GridResult:
+             log=print, reuse=()) -> GridResult:
     """Plan, run and record a grid of jobs (see the module docstring); returns what became of each job.
 
     ``preloaded`` maps dataset names to ready :class:`~datasets.sequences.SequenceData` (in-memory data);
     other names are loaded through :func:`datasets.load_dataset`. ``plan`` is what :func:`plan_grid` returned for
-    these jobs and options, when the caller has planned them already (to show the plan first). With
+    these jobs and options, when the caller has planned them already (to show the plan first). ``reuse``: results
+    folders whose main-grid jobs stand for the study jobs they equal (:func:`reusable_twins`). With
     ``options.resume`` jobs whose key already has every result row are skipped and interrupted training continues
     from its checkpoint; without it a job runs afresh, and its new rows replace the old rows of the same key once
     it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run
@@ -118,7 +119,7 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     store = ResultStore(Path(options.output).resolve())
     result = GridResult(planned)
     pending = _pending(planned, store, options.resume, result, log)
-    twins = reusable_twins(pending, options.reuse)
+    twins = reusable_twins(pending, reuse)
     pending = [job for job in pending if job.key not in twins]
     invocation = _invocation(options)
     store.start_invocation(invocation, planned, {job.key for job in pending}, reused=set(twins))

@@ -39,13 +39,11 @@ class RunOptions:
     command: list[str] | None = field(default=None)  # the invocation recorded in manifest.jsonl (None: sys.argv)
     logs: dict = field(default_factory=dict)  # dataset name -> datasets.InteractionLog, a log of the user's own
     split: SplitSpec | str = "leave-one-out"  # or "temporal", or a SplitSpec with the temporal split's cuts
-    reuse: tuple = ()  # results folders whose main-grid rows stand for a study's identical jobs (grid.Twin)
 
     def __post_init__(self):
         self.output = Path(self.output)
         self.protocols = tuple(self.protocols)
         self.config_files = tuple(Path(path) for path in self.config_files)
-        self.reuse = tuple(Path(folder) for folder in self.reuse)
         self.split = self.split if isinstance(self.split, SplitSpec) else SplitSpec(self.split)
 
     def problems(self) -> list[str]:
@@ -59,8 +57,6 @@ class RunOptions:
             found.append(f"--jobs {self.n_jobs}: must be >= 1")
         if self.threads is not None and self.threads < 1:
             found.append(f"--threads {self.threads}: must be >= 1")
-        found += [f"--reuse {folder}: no results.jsonl there (expected a results folder of run_all.py)"
-                  for folder in self.reuse if not (folder / "results.jsonl").is_file()]
         if self.dask_scheduler and self.n_jobs != 1:
             found.append("--jobs and --dask-scheduler exclude each other: the Dask cluster decides how many jobs "
                          "run at once")

@@ -374,7 +374,7 @@ def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
     assert np.isfinite([r["metrics"]["NDCG@10"] for r in written]).all()
 
 
-def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_again(tmp_path):
+def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_again(tmp_path, capsys):
     """The ablation's default row is the main grid's job under other labels: with --reuse it takes that job's rows
     and files, labelled reused_from, and trains only the variants; a job with other settings finds no twin."""
     from recbench.benchmarks.grid import reusable_twins
@@ -383,20 +383,20 @@ def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_agai
     tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=1", "valid_every=1", "dupe_factor=1")
     data, main_folder = {"chain": chain_data(n_users=60)}, tmp_path / "main"
 
-    def options(folder, reuse=()):
+    def options(folder):
         return RunOptions(output=tmp_path / folder, protocols=("full", "pop100"), profile="smoke", device="cpu",
-                          cache_dir=str(tmp_path / "cache"), progress=False, reuse=reuse)
+                          cache_dir=str(tmp_path / "cache"), progress=False)
 
     originals = run_jobs([Job("chain", "bert4rec", 0, overrides=tiny)], options("main"), preloaded=data,
                          log=lambda *_: None).rows
     jobs = ablation_jobs(["chain"], ["bert4rec"], variants=["default", "w/o PE"], overrides=tiny)
-    planned, _ = plan_grid(jobs, options("study", (main_folder,)), preloaded=data)
+    planned, _ = plan_grid(jobs, options("study"), preloaded=data)
     twins = reusable_twins(planned, (main_folder,))
     assert list(twins) == [planned[0].key] and twins[planned[0].key].key == originals[0]["key"]
     assert "    reused: the same job's rows in" in "\n".join(plan_lines(planned, None, 1, twins))
 
     logged = []
-    result = run_jobs(jobs, options("study", (main_folder,)), preloaded=data, log=logged.append)
+    result = run_jobs(jobs, options("study"), preloaded=data, log=logged.append, reuse=(main_folder,))
     assert [outcome.trained for outcome in result.finished] == [False, True]  # only w/o PE trained
     assert any(line.startswith("[1/2] chain/bert4rec/default/seed0: reused from ") for line in logged)
     written = [json.loads(line) for line in (tmp_path / "study" / "results.jsonl").read_text().splitlines()]
@@ -415,5 +415,6 @@ def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_agai
 
     other = ablation_jobs(["chain"], ["bert4rec"], variants=["default"], overrides=(*tiny, "lr=0.01"))
     assert reusable_twins(plan_grid(other, options("other"), preloaded=data)[0], (main_folder,)) == {}
-    assert RunOptions(output=tmp_path, reuse=(tmp_path / "nowhere",)).problems() == [
-        f"--reuse {tmp_path / 'nowhere'}: no results.jsonl there (expected a results folder of run_all.py)"]
+    assert main(["ablation", "--datasets", "synthetic", "--reuse", str(tmp_path / "nowhere"), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --reuse {tmp_path / 'nowhere'}: no results.jsonl there "
+                                               f"(expected a results folder of run_all.py)")

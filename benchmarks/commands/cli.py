@@ -72,16 +72,14 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Path,
-                logs: dict | None = None, reuse=()) -> RunOptions:
+                logs: dict | None = None) -> RunOptions:
     """The :class:`RunOptions` of the options :func:`add_run_options` added, for this grid's protocols, profile
-    and output folder (and the logs of the user's own among its datasets, ``datasets.log_entries``, and the folders
-    whose main-grid rows a study reuses)."""
+    and output folder (and the logs of the user's own among its datasets, ``datasets.log_entries``)."""
     return RunOptions(output=output, protocols=tuple(protocols), profile=profile,
                       config_files=tuple(args.config_files), device=args.device, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, resume=args.resume, n_jobs=args.jobs, threads=args.threads,
                       dask_scheduler=args.dask_scheduler, keep_checkpoints=args.keep_checkpoints,
-                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args),
-                      reuse=tuple(reuse))
+                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args))
 
 
 def split_spec(args: argparse.Namespace) -> SplitSpec:
@@ -91,16 +89,16 @@ def split_spec(args: argparse.Namespace) -> SplitSpec:
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
-             plan: tuple | None = None) -> int:
+             plan: tuple | None = None, reuse=()) -> int:
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them), then write ``table.md`` (``table(rows)``
     gives it) and the report; returns the exit code. ``plan``: what :func:`plan_grid` returned, when the caller
-    has planned the jobs already."""
+    has planned the jobs already; ``reuse``: a study's ``--reuse`` folders (:func:`benchmarks.grid.reusable_twins`)."""
     try:
         if args.dry_run:
             planned, _ = plan or plan_grid(jobs, options)
-            print_plan(planned, ResultStore(options.output), options.resume, reusable_twins(planned, options.reuse))
+            print_plan(planned, ResultStore(options.output), options.resume, reusable_twins(planned, reuse))
             return 0
-        result = run_jobs(jobs, options, plan=plan)
+        result = run_jobs(jobs, options, plan=plan, reuse=reuse)
     except GridInterrupted:
         print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
               f"to continue (interrupted training resumes from its checkpoint)", file=sys.stderr)

@@ -41,7 +41,7 @@ from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, par
 from recbench.benchmarks.estimate import duration, estimate_jobs, reference_stops
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.grid import reusable_twins
-from recbench.benchmarks.jobs import Job
+from recbench.benchmarks.jobs import GridError, Job
 from recbench.benchmarks.options import output_suffix
 from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.tuning.space import HEAD_SIZE, cloze_cap, paper_heads
@@ -364,10 +364,14 @@ def main(argv=None) -> int:
         output = Path(args.output or Path("results") / (f"study-{args.study}-{'-'.join(args.datasets)}-{args.profile}"
                                                         f"{output_suffix(args.split)}"))
         print(f"{args.study}: {len(jobs)} job(s), profile {args.profile}, split {args.split} -> {output}/")
-        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output,
-                              reuse=args.reuse)
+        options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
+        reuse = [Path(folder) for folder in args.reuse]
+        missing = [folder for folder in reuse if not (folder / "results.jsonl").is_file()]
+        if missing:
+            raise GridError("\n".join(f"--reuse {folder}: no results.jsonl there (expected a results folder of "
+                                       f"run_all.py)" for folder in missing))
         planned, datasets = plan_grid(jobs, options)
-        twins = reusable_twins(planned, options.reuse)
+        twins = reusable_twins(planned, reuse)
         trained = [job for job in planned if job.key not in twins]
         estimates = (estimate_jobs(trained, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
                                    stops=reference_stops()) if args.estimate and trained else None)
@@ -378,7 +382,7 @@ def main(argv=None) -> int:
             print("\n" + text)
             return text
 
-        return run_grid(args, jobs, options, table=table, plan=(planned, datasets))
+        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), reuse=reuse)
 
     return guard(run, args.debug)
 
