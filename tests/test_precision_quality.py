@@ -63,4 +63,6 @@ def test_a_bf16_folder_that_fell_back_to_fp32_or_changed_a_setting_is_refused_in
     with pytest.raises(SystemExit, match=r"^sasrec seed 0: the fp32 and bf16 runs differ in train_settings.lr, not "
                                          r"only in precision"):
         precision_quality.main([str(fp32), str(other), "--output", str(tmp_path / "ref")])
+    with pytest.raises(SystemExit, match=r"nowhere is not a folder; pass the results folder of a run"):
+        precision_quality.main([str(fp32), str(tmp_path / "nowhere"), "--output", str(tmp_path / "ref")])
     assert not (tmp_path / "ref").exists()  # nothing written for a refused comparison

@@ -28,7 +28,7 @@ import numpy as np
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.store import write_atomic
 from recbench.reports import names
-from recbench.reports.results import Row, load_results
+from recbench.reports.results import ResultsError, Row, load_results
 from recbench.reports.stats import PerUser, measure, paired_test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +108,10 @@ def main(argv=None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "reference")
     args = parser.parse_args(argv)
     folders = dict(zip(PRECISIONS, (args.fp32_folder, args.bf16_folder)))
-    results = {precision: load_results(folder) for precision, folder in folders.items()}
+    try:
+        results = {precision: load_results(folder) for precision, folder in folders.items()}
+    except ResultsError as error:  # a folder that is none, or a row it cannot read: one line, no traceback
+        sys.exit(str(error))
     datasets = set.union(*(result.values("dataset") for result in results.values()))
     if len(datasets) != 1:
         sys.exit(f"expected the rows of one dataset in both folders, found {sorted(datasets)}")
