@@ -71,15 +71,15 @@ def reusable_twins(planned: list[PlannedJob], folders) -> dict[str, Twin]:
     """{key: twin} of the planned study jobs whose every result row a folder of ``folders`` already holds under the
     main-grid key (:func:`main_grid_key`); the first folder that holds one counts."""
     twins = {}
-    stores = [ResultStore(Path(folder).resolve()) for folder in folders]
+    held = [(store.folder, store.rows) for store in (ResultStore(Path(folder).resolve()) for folder in folders)]
     for job in planned:
         if job.job.study == "main":
             continue
         key = main_grid_key(job)
-        for store in stores:
-            rows = [row for row in store.rows if row.get("key") == key]
+        for folder, folder_rows in held:
+            rows = [row for row in folder_rows if row.get("key") == key]
             if set(job.protocols) <= {row["protocol"] for row in rows}:
-                twins[job.key] = Twin(store.folder, key, tuple(rows))
+                twins[job.key] = Twin(folder, key, tuple(rows))
                 break
     return twins
 
@@ -230,6 +230,13 @@ def _record(outcome: JobOutcome, store: ResultStore, result: GridResult) -> None
         result.failed.append(outcome)
 
 
+def _job_seconds(outcome: JobOutcome) -> float:
+    """How long a finished job took: its training as its rows record it, summed over a resumed run's sessions (the
+    process saw only the last: a job resumed at its end took seconds there), and its evaluations."""
+    rows = outcome.rows
+    return (rows[0].get("train_seconds") or 0.0) + sum(row.get("eval_seconds") or 0.0 for row in rows)
+
+
 class Progress:
     """One line per started and finished job, with the time left estimated from the finished jobs that trained,
     model by model: a job is expected to take as long as the finished jobs of its model took on average. Jobs
@@ -250,7 +257,7 @@ class Progress:
     def done(self, outcome: JobOutcome) -> None:
         job = self.pending.pop(outcome.key)
         if outcome.trained:
-            self.seconds.setdefault(job.job.model, []).append(outcome.seconds)
+            self.seconds.setdefault(job.job.model, []).append(_job_seconds(outcome))
         if outcome.status == "failed":
             self.log(f"  FAILED {job.run_id} (key {job.key[:12]}): {outcome.error}")
         elif self.parallelism > 1:

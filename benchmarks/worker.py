@@ -44,7 +44,7 @@ from recbench.benchmarks.planner import selection_metric
 from recbench.benchmarks.provenance import PeakMemory, describe_device, library_versions
 from recbench.benchmarks.relevance import TASK as RELEVANCE, RelevanceEvaluator, calibrate
 from recbench.benchmarks.store import ClaimedElsewhere, claimed, now
-from recbench.benchmarks.trainer import TrainRun, fit_model, resolve_device, saved_progress
+from recbench.benchmarks.trainer import TrainRun, fit_model, resolve_device
 from recbench.datasets.sequences import SequenceData
 from recbench.datasets.splits import TEMPORAL
 from recbench.models import model_class
@@ -88,7 +88,7 @@ class JobOutcome:
     error: str | None = None
     error_type: str | None = None
     traceback: str | None = None
-    seconds: float = 0.0  # the job's time: this process's, plus the training a resumed job's checkpoint held
+    seconds: float = 0.0
     trained: bool = False  # whether the job did real work (training), for the time-left estimate
 
 
@@ -119,10 +119,9 @@ def run_job(payload: JobPayload, data: SequenceData, log=None) -> JobOutcome:
             torch.set_num_threads(payload.threads)
         device = payload.device_pool.get() if payload.device_pool is not None else payload.device
         with _claim(payload):
-            earlier = _earlier_training_seconds(payload)
             rows, files, trained = train_and_test(payload, data, resolve_device(device), log or (lambda *_: None))
-        return JobOutcome(job.key, job.run_id, "finished", rows, files,
-                          seconds=time.perf_counter() - started + earlier, trained=trained)
+        return JobOutcome(job.key, job.run_id, "finished", rows, files, seconds=time.perf_counter() - started,
+                          trained=trained)
     except Exception as error:  # noqa: BLE001  (every failure of one job is recorded; the grid goes on)
         return JobOutcome(job.key, job.run_id, "failed", error=_one_line(error), error_type=type(error).__name__,
                           traceback=traceback.format_exc(), seconds=time.perf_counter() - started)
@@ -187,13 +186,6 @@ def _seed(seed: int, device: torch.device) -> None:
     # 0.3221 and 0.3260 in four runs; with deterministic kernels, 0.3245 each time at the same speed. CUDA runs
     # (bf16, fused kernels) are not bit-repeatable anyway, and this mode would slow them.
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)
-
-
-def _earlier_training_seconds(payload: JobPayload) -> float:
-    """The training seconds of earlier sessions that a resumed job's checkpoint holds (0 for a fresh job): without
-    them a job resumed near its end counts as a job of seconds, and the grid's time left shrinks to nothing."""
-    progress = saved_progress(payload.checkpoint) if payload.resume else None
-    return progress.train_seconds if progress is not None else 0.0
 
 
 def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device, log,
