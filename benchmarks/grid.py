@@ -6,7 +6,7 @@
    located (downloaded where allowed) and prepared *before the first training step*; all problems are reported
    together. Each job gets its key (:mod:`benchmarks.jobs`).
 2. **Execute** (:mod:`benchmarks.execution`): the jobs not already finished run in this process, in joblib
-   worker processes or on a Dask cluster; a study job that a ``reuse`` folder already holds as a main-grid job
+   worker processes or on a Dask cluster; a study job that another folder already holds as a main-grid job
    (:class:`Twin`) takes that job's rows instead. A worker runs :func:`benchmarks.worker.run_job`
    and returns its result rows and per-user arrays; it writes nothing but its own checkpoint and the claim beside
    it.
@@ -102,13 +102,13 @@ def _reused(job: PlannedJob, twin: Twin) -> JobOutcome:
 
 
 def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = None, plan: tuple | None = None,
-             log=print, reuse=()) -> GridResult:
+             log=print, twins: dict | None = None) -> GridResult:
     """Plan, run and record a grid of jobs (see the module docstring); returns what became of each job.
 
     ``preloaded`` maps dataset names to ready :class:`~datasets.sequences.SequenceData` (in-memory data);
     other names are loaded through :func:`datasets.load_dataset`. ``plan`` is what :func:`plan_grid` returned for
-    these jobs and options, when the caller has planned them already (to show the plan first). ``reuse``: results
-    folders whose main-grid jobs stand for the study jobs they equal (:func:`reusable_twins`). With
+    these jobs and options, when the caller has planned them already (to show the plan first). ``twins``: the study
+    jobs that take a main-grid job's rows instead of training (:func:`reusable_twins`). With
     ``options.resume`` jobs whose key already has every result row are skipped and interrupted training continues
     from its checkpoint; without it a job runs afresh, and its new rows replace the old rows of the same key once
     it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run
@@ -119,15 +119,15 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     store = ResultStore(Path(options.output).resolve())
     result = GridResult(planned)
     pending = _pending(planned, store, options.resume, result, log)
-    twins = reusable_twins(pending, reuse)
-    pending = [job for job in pending if job.key not in twins]
+    reused = {job.key: twins[job.key] for job in pending if twins and job.key in twins}
+    pending = [job for job in pending if job.key not in reused]
     invocation = _invocation(options)
-    store.start_invocation(invocation, planned, {job.key for job in pending}, reused=set(twins))
+    store.start_invocation(invocation, planned, {job.key for job in pending}, reused=set(reused))
     for number, job in enumerate(planned, start=1):
-        if job.key in twins:
-            log(f"[{number}/{len(planned)}] {job.run_id}: reused from {twins[job.key].folder} "
-                f"(key {twins[job.key].key[:12]}), the same job there")
-            _record(_reused(job, twins[job.key]), store, result)
+        if job.key in reused:
+            log(f"[{number}/{len(planned)}] {job.run_id}: reused from {reused[job.key].folder} "
+                f"(key {reused[job.key].key[:12]}), the same job there")
+            _record(_reused(job, reused[job.key]), store, result)
     cache = resolve_cache_dir(options.cache_dir)
     if pending:
         prepare_negatives(pending, datasets, cache, log)

@@ -396,7 +396,7 @@ def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_agai
     assert "    reused: the same job's rows in" in "\n".join(plan_lines(planned, None, 1, twins))
 
     logged = []
-    result = run_jobs(jobs, options("study"), preloaded=data, log=logged.append, reuse=(main_folder,))
+    result = run_jobs(jobs, options("study"), preloaded=data, log=logged.append, twins=twins)
     assert [outcome.trained for outcome in result.finished] == [False, True]  # only w/o PE trained
     assert any(line.startswith("[1/2] chain/bert4rec/default/seed0: reused from ") for line in logged)
     written = [json.loads(line) for line in (tmp_path / "study" / "results.jsonl").read_text().splitlines()]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from recbench.benchmarks.grid import interrupted, progress_text, reusable_twins, run_jobs
+from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
@@ -89,16 +89,17 @@ def split_spec(args: argparse.Namespace) -> SplitSpec:
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
-             plan: tuple | None = None, reuse=()) -> int:
+             plan: tuple | None = None, twins: dict | None = None) -> int:
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them), then write ``table.md`` (``table(rows)``
     gives it) and the report; returns the exit code. ``plan``: what :func:`plan_grid` returned, when the caller
-    has planned the jobs already; ``reuse``: a study's ``--reuse`` folders (:func:`benchmarks.grid.reusable_twins`)."""
+    has planned the jobs already; ``twins``: the study jobs a ``--reuse`` folder holds
+    (:func:`benchmarks.grid.reusable_twins`)."""
     try:
         if args.dry_run:
             planned, _ = plan or plan_grid(jobs, options)
-            print_plan(planned, ResultStore(options.output), options.resume, reusable_twins(planned, reuse))
+            print_plan(planned, ResultStore(options.output), options.resume, twins)
             return 0
-        result = run_jobs(jobs, options, plan=plan, reuse=reuse)
+        result = run_jobs(jobs, options, plan=plan, twins=twins)
     except GridInterrupted:
         print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
               f"to continue (interrupted training resumes from its checkpoint)", file=sys.stderr)

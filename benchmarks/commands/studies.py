@@ -382,7 +382,7 @@ def main(argv=None) -> int:
             print("\n" + text)
             return text
 
-        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), reuse=reuse)
+        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins)
 
     return guard(run, args.debug)
 
