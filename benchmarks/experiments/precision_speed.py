@@ -3,6 +3,7 @@
     python -m benchmarks.experiments.precision_speed --data-dir DIR --threads 2 --rounds 3 --batches 6
     python -m benchmarks.experiments.precision_speed --data-dir DIR --profile-step    # one step, by operator
     python -m benchmarks.experiments.precision_speed --data-dir DIR --profile-step --set heads=8   # a Table 5 variant
+    python -m benchmarks.experiments.precision_speed --data-dir DIR --profile-step --dataset beauty
 
 Each (model, d) on ML-1m under the converge profile (BERT4Rec: one fresh Cloze copy per window; SASRec-CE: its
 training sequences) is timed in rounds; a round trains ``--batches`` batches of randomly chosen users from the same
@@ -14,7 +15,8 @@ to bf16 where the CPU has native bf16 (``benchmarks.trainer.native_bf16``); the 
 ``--profile-step`` times the phases of BERT4Rec's training step apart (Cloze inputs and encoder, output layer and
 softmax loss, backward, optimiser) on one batch of 128 windows, and lists the operators that take the most CPU
 time under ``torch.profiler``, so that speed work goes where the time is; ``--set`` profiles another setting of
-the model, such as one of Table 5's variants (the ablation's longest jobs are h = 8 and L = 4).
+the model, such as one of Table 5's variants (the ablation's longest jobs are h = 8 and L = 4), and ``--dataset``
+another dataset with its own settings (Beauty: N = 50, 54k items, ρ = 0.6).
 """
 from __future__ import annotations
 
@@ -117,10 +119,10 @@ def phase_seconds(model, batch: dict, optimizer, generator, steps: int) -> dict:
 
 
 def profile_step(args, data, train) -> dict:
-    """Where BERT4Rec's training step (d = 64, ML-1m, converge profile, fp32, with ``args.set``) spends its time:
-    seconds per phase (:func:`phase_seconds`) and the operators with the most self CPU time over ``args.batches``
-    steps."""
-    config = resolve("bert4rec", "ml-1m", "converge", ("max_epochs=1", "warmup_steps=0", *args.set))
+    """Where BERT4Rec's training step (d = 64, ``args.dataset``, converge profile, fp32, with ``args.set``) spends
+    its time: seconds per phase (:func:`phase_seconds`) and the operators with the most self CPU time over
+    ``args.batches`` steps."""
+    config = resolve("bert4rec", args.dataset, "converge", ("max_epochs=1", "warmup_steps=0", *args.set))
     torch.manual_seed(args.seed)
     model = model_class("bert4rec")(data.n_users, data.n_items, config.model)
     examples = model.training_examples(train)
@@ -145,14 +147,16 @@ def profile_step(args, data, train) -> dict:
     for row in top:
         print(f"{row['share']:6.1%} {row['self_cpu_ms_per_step']:8.1f} ms {row['calls_per_step']:4d}x  "
               f"{row['operator']}")
-    return {"steps": args.batches, "batch_size": config.train.batch_size, "settings": list(args.set),
+    return {"dataset": args.dataset, "steps": args.batches, "batch_size": config.train.batch_size, "settings": list(args.set),
             "seconds_per_step": round(step, 4),
             "phase_seconds_per_step": phases, "top_operators": top, "load_average": load_average()}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=None, help="folder with ML-1m (else $RECBENCH_DATA_DIR)")
+    parser.add_argument("--data-dir", default=None, help="folder with the dataset (else $RECBENCH_DATA_DIR)")
+    parser.add_argument("--dataset", default="ml-1m", help="with --profile-step: the dataset whose BERT4Rec step "
+                                                           "is profiled (the speed rounds time ML-1m)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=6, help="timed training batches per measurement")
@@ -165,8 +169,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.set and not args.profile_step:
         parser.error("--set goes with --profile-step (the speed rounds time the profile's own settings)")
+    if args.dataset != "ml-1m" and not args.profile_step:
+        parser.error("--dataset goes with --profile-step (the speed rounds time ML-1m)")
     torch.set_num_threads(args.threads)
-    data = load_dataset("ml-1m", data_dir=args.data_dir, download=False, progress=False)
+    data = load_dataset(args.dataset, data_dir=args.data_dir, download=False, progress=False)
     train = LeaveOneOutSplit(data).train()
     extra = {"commit": git_commit(), "native_bf16": native_bf16(torch.device("cpu"))}
     if args.profile_step:
