@@ -9,7 +9,8 @@ attention models: what training and scoring run.
   one-byte dropout mask drawn once, instead of keeping every layer's (B, h, T, T) weights; CPU dropout masks
   take four entries from each random draw (:func:`dropout_keep_mask`).
 - :func:`gelu` on packed rows without oneDNN's per-shape kernel cache.
-- :func:`softmax_cross_entropy`: the full-softmax loss without the whole (rows × items) logit matrix.
+- :func:`softmax_cross_entropy`: the full-softmax loss, its softmax kept for backward when small enough, else in
+  chunks without the whole (rows × items) logit matrix.
 - :func:`trim_padding`: batches lose their all-padding columns.
 
 A test holds :class:`PackedSequenceEncoder` to :class:`models.transformer.SequenceEncoder`'s outputs and gradients
@@ -232,14 +233,21 @@ class PackedSequenceEncoder(SequenceEncoder):
 
 class SoftmaxCrossEntropy(torch.autograd.Function):
     """Mean over rows of −log softmax(h Eᵀ + b)[target], the full-softmax loss of BERT4Rec (eq. 8) and
-    SASRec-CE, without ever holding the whole (rows × items) logit matrix: it is computed in chunks of rows,
-    forward keeps only each row's log-normaliser, and backward recomputes a chunk's softmax from it. Runs in
-    float32 whatever the autocast state. Use through :func:`softmax_cross_entropy`."""
+    SASRec-CE, in float32 whatever the autocast state. A (rows × items) softmax of at most ``keep`` entries is
+    computed whole and kept for the backward pass, which then needs no second logit product. A larger one is never
+    held whole: forward computes it in chunks of rows and keeps only each row's log-normaliser, backward recomputes
+    a chunk's softmax from it. Use through :func:`softmax_cross_entropy`."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, chunk):
+    def forward(ctx, hidden, weight, bias, targets, chunk, keep):
         with torch.autocast(hidden.device.type, enabled=False):
             h, w, b = hidden.float(), weight.float(), bias.float()
+            ctx.kept = len(h) * len(w) <= keep
+            if ctx.kept:
+                log_p = torch.log_softmax(torch.addmm(b, h, w.T), -1)
+                loss = -log_p[torch.arange(len(h), device=h.device), targets].mean()
+                ctx.save_for_backward(hidden, weight, bias, targets, log_p.exp_())
+                return loss
             log_norm = torch.cat([torch.addmm(b, h[i:i + chunk], w.T).logsumexp(-1)
                                   for i in range(0, len(h), chunk)])
             target_logit = (h * w[targets]).sum(-1) + b[targets]
@@ -249,28 +257,38 @@ class SoftmaxCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        hidden, weight, bias, targets, log_norm = ctx.saved_tensors
+        hidden, weight, bias, targets, saved = ctx.saved_tensors
         h, w, b = hidden.float(), weight.float(), bias.float()
-        grad_h, grad_w, grad_b = torch.empty_like(h), torch.zeros_like(w), torch.zeros_like(b)
         scale = grad.float() / len(h)
-        for i in range(0, len(h), ctx.chunk):
-            rows = slice(i, i + ctx.chunk)
-            p = torch.addmm(b, h[rows], w.T).sub_(log_norm[rows, None]).exp_()  # softmax of the chunk
-            p[torch.arange(len(p), device=p.device), targets[rows]] -= 1.0  # minus the one-hot target
-            p.mul_(scale)
-            grad_h[rows] = p @ w
-            grad_w.addmm_(p.T, h[rows])
-            grad_b += p.sum(0)
-        return grad_h.to(hidden.dtype), grad_w.to(weight.dtype), grad_b.to(bias.dtype), None, None
+        if ctx.kept:  # the logits' gradient is softmax minus one-hot; the one-hot part goes to the target rows
+            p = saved
+            grad_h = (p @ w).sub_(w[targets]).mul_(scale)
+            grad_w = (p.T @ h).index_add_(0, targets, h, alpha=-1.0).mul_(scale)
+            grad_b = p.sum(0).sub_(torch.bincount(targets, minlength=len(w))).mul_(scale)
+        else:
+            log_norm = saved
+            grad_h, grad_w, grad_b = torch.empty_like(h), torch.zeros_like(w), torch.zeros_like(b)
+            for i in range(0, len(h), ctx.chunk):
+                rows = slice(i, i + ctx.chunk)
+                p = torch.addmm(b, h[rows], w.T).sub_(log_norm[rows, None]).exp_()  # softmax of the chunk
+                p[torch.arange(len(p), device=p.device), targets[rows]] -= 1.0  # minus the one-hot target
+                p.mul_(scale)
+                grad_h[rows] = p @ w
+                grad_w.addmm_(p.T, h[rows])
+                grad_b += p.sum(0)
+        return grad_h.to(hidden.dtype), grad_w.to(weight.dtype), grad_b.to(bias.dtype), None, None, None
 
 
 def softmax_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                          bias: torch.Tensor | None = None, chunk_elements: int = 2 ** 24) -> torch.Tensor:
+                          bias: torch.Tensor | None = None, chunk_elements: int = 2 ** 24,
+                          keep_elements: int = 2 ** 26) -> torch.Tensor:
     """``F.cross_entropy(hidden @ weight.T + bias, targets)`` for (M, d) hidden rows against (V, d) output
-    embeddings, in chunks of about ``chunk_elements`` logits (64 MB)."""
+    embeddings. The whole (M, V) softmax is kept for the backward pass when it has at most ``keep_elements``
+    entries (256 MB), else it is computed in chunks of about ``chunk_elements`` logits (64 MB) and recomputed."""
     if bias is None:
         bias = torch.zeros(len(weight), device=weight.device, dtype=weight.dtype)
-    return SoftmaxCrossEntropy.apply(hidden, weight, bias, targets, max(1, chunk_elements // len(weight)))
+    return SoftmaxCrossEntropy.apply(hidden, weight, bias, targets, max(1, chunk_elements // len(weight)),
+                                     keep_elements)
 
 
 def trim_padding(items: torch.Tensor, *aligned: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -350,15 +350,17 @@ def test_dropout_masks_keep_with_probability_one_minus_p():
     assert not any(type(m) is torch.nn.Dropout for m in encoder.modules())
 
 
-def test_chunked_softmax_cross_entropy_matches_the_plain_one_with_gradients():
+@pytest.mark.parametrize("keep_elements", [0, 500 * 70], ids=["chunked", "kept"])
+def test_softmax_cross_entropy_matches_the_plain_one_with_gradients(keep_elements):
     torch.manual_seed(0)
     hidden, weight, bias = (torch.randn(*shape, requires_grad=True) for shape in [(500, 8), (70, 8), (70,)])
-    targets = torch.randint(0, 70, (500,))
+    targets = torch.cat([torch.randint(0, 70, (498,)), torch.tensor([3, 3])])  # a repeated target too
     plain = torch.nn.functional.cross_entropy(hidden @ weight.T + bias, targets)
-    chunked = softmax_cross_entropy(hidden, weight, targets, bias, chunk_elements=70 * 64)  # 8 chunks
-    assert torch.allclose(plain, chunked, atol=1e-6)
+    ours = softmax_cross_entropy(hidden, weight, targets, bias, chunk_elements=70 * 64,  # 8 chunks
+                                 keep_elements=keep_elements)
+    assert torch.allclose(plain, ours, atol=1e-6)
     for a, b in zip(torch.autograd.grad(plain, [hidden, weight, bias]),
-                    torch.autograd.grad(chunked, [hidden, weight, bias])):
+                    torch.autograd.grad(ours, [hidden, weight, bias])):
         assert torch.allclose(a, b, atol=1e-6)
 
 
