@@ -147,8 +147,8 @@ def profile_step(args, data, train) -> dict:
     for row in top:
         print(f"{row['share']:6.1%} {row['self_cpu_ms_per_step']:8.1f} ms {row['calls_per_step']:4d}x  "
               f"{row['operator']}")
-    return {"dataset": args.dataset, "steps": args.batches, "batch_size": config.train.batch_size, "settings": list(args.set),
-            "seconds_per_step": round(step, 4),
+    return {"dataset": args.dataset, "steps": args.batches, "batch_size": config.train.batch_size,
+            "settings": list(args.set), "seconds_per_step": round(step, 4),
             "phase_seconds_per_step": phases, "top_operators": top, "load_average": load_average()}
 
 
