@@ -169,8 +169,23 @@ class _Session:
     generator: torch.Generator
     loss_of: Callable
     use_amp: bool
+    bf16_checked: bool = False  # whether a step has shown that autocast runs some operation of the model in bf16
     started: float = 0.0  # perf_counter() at the run's start, earlier sessions' time included
     cpu_started: float = 0.0  # process_time() at the run's start, earlier sessions' CPU time included
+
+
+class _Bf16Watch(torch.overrides.TorchFunctionMode):
+    """While active, notes whether any torch function returned a bf16 tensor: under bf16 autocast, whether
+    autocast ran some operation in bf16."""
+
+    seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.seen:
+            self.seen = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16
+                            for t in (out if isinstance(out, (tuple, list)) else (out,)))
+        return out
 
 
 def improves(value: float, best: float) -> bool:
@@ -331,6 +346,19 @@ class Trainer:
                    file=sys.stderr)
         return False
 
+    def _check_bf16_ran(self, session: _Session, seen: bool) -> None:
+        """After the first step under bf16 autocast: if no operation of it ran in bf16 (autocast casts matrix
+        products and convolutions; BPR-MF's scores are elementwise), the run is fp32 in fact, and says so in one
+        line, and its rows record fp32 (the computation is the same without autocast). Not checked under
+        ``--compile``, where watching every torch function would break the compiled graph."""
+        session.bf16_checked = True
+        if seen:
+            return
+        session.use_amp = False
+        tqdm.write(f"{session.model.name}: precision=bf16 asked for, but no operation of its training step runs in "
+                   f"bf16 under autocast (autocast casts matrix products, not elementwise scores), so it trains in "
+                   f"fp32 and its rows say fp32", file=sys.stderr)
+
     def _restore(self, session: _Session) -> tuple[TrainState, int | None]:
         """The checkpoint's state, weights, optimiser, schedule and random state, if a checkpoint exists."""
         path = self.run.checkpoint
@@ -392,7 +420,12 @@ class Trainer:
         """One optimiser step on ``batch``; returns its loss, detached, on the device."""
         s = self.settings
         with torch.autocast(device_type=session.model.device.type, dtype=torch.bfloat16, enabled=session.use_amp):
-            loss = session.loss_of(batch, session.generator)
+            if session.use_amp and not session.bf16_checked and not self.run.compile:
+                with _Bf16Watch() as watch:
+                    loss = session.loss_of(batch, session.generator)
+                self._check_bf16_ran(session, watch.seen)
+            else:
+                loss = session.loss_of(batch, session.generator)
         if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
             raise wrong_return(session.model, "loss(batch, generator)", loss, "the batch's loss as a scalar tensor "
                                                                               "(e.g. the mean over its examples)")

@@ -276,13 +276,17 @@ def test_rows_record_the_profile_and_the_precision_the_run_really_used(flags, us
     from recbench.benchmarks import trainer
 
     monkeypatch.setattr(trainer, "cpu_flags", lambda: flags)
-    code, _, err = run(["--models", "pop", "sasrec", "--profile", "converge", *TINY, "--set", "precision=bf16"],
-                       tmp_path, capsys)
+    code, _, err = run(["--models", "pop", "bprmf", "sasrec", "--profile", "converge", *TINY, "--set",
+                        "bprmf:max_epochs=2", "--set", "precision=bf16"], tmp_path, capsys)
     assert code == 0 and ("no native bf16" in err) == (used == "fp32")
     by_model = {row["model"]: row for row in rows(tmp_path) if row["protocol"] == "full"}
     assert {row["profile"] for row in by_model.values()} == {"converge"}
     assert by_model["sasrec"]["precision"] == used and by_model["sasrec"]["train_settings"]["precision"] == "bf16"
     assert by_model["pop"]["precision"] is None  # no gradient training, no precision
+    # BPR-MF's scores are elementwise: autocast runs nothing of it in bf16, so it is fp32 in fact, and says so
+    assert by_model["bprmf"]["precision"] == "fp32" and by_model["bprmf"]["train_settings"]["precision"] == "bf16"
+    assert ("bprmf: precision=bf16 asked for, but no operation of its training step runs in bf16" in err) == (
+        used == "bf16")
 
 
 def test_user_errors_are_one_or_two_lines_and_debug_shows_the_traceback(tmp_path, capsys):

@@ -13,7 +13,8 @@ seconds per step. These runs shared the cores with others, so their seconds are 
 interleaved one is ``results/reference/precision-speed-cpu*.json``.
 
 The two folders must differ in precision only: a row of the bf16 folder that trained in fp32 (a CPU without native
-bf16 falls back) or a job whose other settings differ is refused in one line. Writes
+bf16 falls back, and a model that autocast leaves in fp32 records fp32) or a job whose other settings differ is
+refused in one line. Writes
 ``results/reference/precision-quality-<dataset>.json``.
 """
 from __future__ import annotations
@@ -53,8 +54,9 @@ def _check(rows: dict[str, dict[int, dict[str, Row]]], model: str, folders: dict
             used = by_protocol["full"].get("precision")
             if used != precision:
                 sys.exit(f"{folders[precision]}: {model} seed {seed} trained in {used}, not {precision}"
-                         + (" (this CPU has no native bf16, so the run fell back to fp32; rerun it on one that has"
-                            " AMX or AVX512-BF16)" if precision == "bf16" else "") + ": nothing to compare")
+                         + (" (this CPU has no native bf16, or autocast runs nothing of the model in bf16: its log"
+                            " says which; for the first, rerun on a CPU with AMX or AVX512-BF16)"
+                            if precision == "bf16" else "") + ": nothing to compare")
     for seed in rows["fp32"]:
         fp32, bf16 = (_settings(rows[precision][seed]["full"]) for precision in PRECISIONS)
         differing = sorted(name for name in fp32.keys() | bf16.keys() if fp32.get(name) != bf16.get(name))
