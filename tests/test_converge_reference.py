@@ -1,5 +1,9 @@
 """The reproduction's reference files: what a shorter patience would have given, read off a run's own curve."""
-from benchmarks.experiments.converge_reference import shorter_patience
+import pytest
+
+from benchmarks.experiments.converge_reference import paper_value, shorter_patience
+from recbench.reports.published import load_published
+from recbench.reports.results import Row
 
 # Validation NDCG@10 per epoch, validated every epoch but the second (valid_every-style gaps are skipped).
 CURVE = [{"epoch": 1, "valid_NDCG@10": 0.1}, {"epoch": 2}, {"epoch": 3, "valid_NDCG@10": 0.3},
@@ -46,3 +50,15 @@ def test_a_folder_of_bf16_runs_is_refused_in_one_line_so_it_never_overwrites_the
     with pytest.raises(SystemExit, match=r"bf16: holds bf16 rows; .*\.precision_quality compares a bf16 folder"):
         converge_reference.main([str(tmp_path / "bf16"), "--output", str(tmp_path / "reference")])
     assert not (tmp_path / "reference").exists()
+
+
+@pytest.mark.parametrize("model, dataset, expected", [
+    ("caser", "ml-1m", (0.4268, "Table 2")),          # Table 2's Caser row on ML-1m
+    ("caser", "beauty", (None, "Table 2")),           # in Table 2, its Beauty value not transcribed
+    ("lstm", "ml-1m", (None, "not in the paper")),    # no row of the paper at all: never labelled Table 2
+    ("sasrec-ce", "beauty", (None, "not in the paper")),
+])
+def test_the_reproduced_table_names_the_paper_row_only_where_the_paper_has_the_model(model, dataset, expected):
+    row = Row(line=1, study="main", variant=None, sweep_param=None, sweep_value=None, dataset=dataset, model=model,
+              task="next-item", protocol="pop100", seed=0, metrics={}, raw={"hyperparameters": {"hidden": 64}})
+    assert paper_value(row, load_published()[0], "NDCG@10") == expected

@@ -100,14 +100,16 @@ def model_summary(rows: list) -> dict:
 
 
 def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:
-    """The published value ``row`` is held against and the paper's table and row that hold it."""
+    """The published value ``row`` is held against and the paper's table and row that hold it; "not in the paper"
+    for a model the paper has no row of on any dataset (LSTM, SASRec-CE), so that it is not labelled Table 2."""
     anchor = published_anchor(row)
     if anchor is None:
         return None, ""
     table, model, variant = anchor
-    value = next((entry.value for entry in published if (entry.table, entry.dataset, entry.model, entry.variant,
-                                                           entry.metric) == (table, row.dataset, model, variant,
-                                                                              metric)), None)
+    entries = [entry for entry in published if (entry.table, entry.model, entry.variant) == anchor]
+    if not entries:
+        return None, "not in the paper"
+    value = next((entry.value for entry in entries if (entry.dataset, entry.metric) == (row.dataset, metric)), None)
     return value, f"{table}{f' ({variant})' if variant else ''}"
 
 
@@ -144,8 +146,9 @@ def reproduced_table(results: list[ResultSet], published: list) -> Table:
     notes = ["Ours: test metrics, mean ± std over the seeds (n), converge profile (models/fidelity.md), the "
              "precision each file records; paper: Sun et al. (2019), the row each of ours is held against "
              "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only; the others: Table 2); "
-             "–: no published value; reports/published.csv carries Table 2's Beauty rows for SASRec and BERT4Rec "
-             "only (the baselines' Beauty values are not transcribed yet). "
+             "–: no published value (LSTM and SASRec-CE are not in the paper); reports/published.csv carries "
+             "Table 2's Beauty rows for SASRec and BERT4Rec only (the baselines' Beauty values are not transcribed "
+             "yet). "
              "pop100: 100 negatives sampled by popularity, the paper's protocol; full: every item ranked. "
              "Best epoch per seed; training hours on 2 CPU cores, one thread per job. Converged: early stopping "
              "on validation NDCG@10 ended every seed."]
