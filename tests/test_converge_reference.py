@@ -62,3 +62,18 @@ def test_the_reproduced_table_names_the_paper_row_only_where_the_paper_has_the_m
     row = Row(line=1, study="main", variant=None, sweep_param=None, sweep_value=None, dataset=dataset, model=model,
               task="next-item", protocol="pop100", seed=0, metrics={}, raw={"hyperparameters": {"hidden": 64}})
     assert paper_value(row, load_published()[0], "NDCG@10") == expected
+
+
+def test_a_folder_of_runs_off_the_profile_or_no_folder_at_all_is_refused_in_one_line(tmp_path):
+    import run_all
+    from benchmarks.experiments import converge_reference
+
+    assert run_all.main(["--models", "sasrec", "--profile", "converge", "--set", "sasrec:max_len=20", "--set",
+                         "sasrec:hidden=16", "--set", "sasrec:max_epochs=1", "--output", str(tmp_path / "off"),
+                         "--cache-dir", str(tmp_path / "cache"), "--quiet", "--no-report"]) == 0
+    with pytest.raises(SystemExit, match=r"off: rows trained with settings other than the converge profile's "
+                                         r"\(sasrec seed 0: hidden, max_epochs, max_len\); the reproduction's"):
+        converge_reference.main([str(tmp_path / "off"), "--output", str(tmp_path / "reference")])
+    with pytest.raises(SystemExit, match=r"missing is not a folder; pass the results folder of a run"):
+        converge_reference.main([str(tmp_path / "missing"), "--output", str(tmp_path / "reference")])
+    assert not (tmp_path / "reference").exists()

@@ -13,24 +13,29 @@ the folders it writes ``results/reference/converge/reproduced.{md,tex}``, the ta
 rule, :func:`reports.tables.published_anchor`: Table 5's default row for BERT4Rec at d = 64, Table 2 otherwise)
 and their ratio, our full-ranking NDCG@10, and whether early stopping ended every seed (a run that a budget or a
 cap ended has not converged, and the table says so). ``converge/curves_<dataset>.png`` draws validation NDCG@10
-against epochs and training seconds for SASRec, SASRec-CE and BERT4Rec (the report's curve figure).
+against epochs and training seconds for SASRec, SASRec-CE and BERT4Rec (the report's curve figure). A folder of
+bf16 rows, or of rows trained with settings other than the profile's (a diagnosis run's ``--set``), is refused in
+one line, so that it never overwrites the reference of the profile's own runs.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from recbench.benchmarks.config import resolve
 from recbench.benchmarks.store import write_atomic
 from recbench.benchmarks.trainer import improves, patience_spent
+from recbench.models import is_registered
 from recbench.reports import names
 from recbench.reports.figures import curve_figures
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, write_table
-from recbench.reports.results import ResultSet, load_results
+from recbench.reports.results import ResultsError, ResultSet, load_results
 from recbench.reports.stats import summarize
 from recbench.reports.tables import label, published_anchor, value_cell
 
@@ -97,6 +102,18 @@ def model_summary(rows: list) -> dict:
                 summary[f"{protocol} {metric}"] = {"mean": round(result.mean, 4), "std": None if result.std is None
                                                    else round(result.std, 4), "n": result.n}
     return summary
+
+
+def settings_off_profile(row, dataset: str) -> list[str]:
+    """The model and trainer settings of ``row`` that differ from the converge profile's for its model on
+    ``dataset`` (precision aside: a bf16 folder is refused on its own), such as a diagnosis run's ``--set``."""
+    if not is_registered(row.model):  # a user's model has no profile settings of the suite's
+        return []
+    config = resolve(row.model, dataset, "converge")
+    expected = {**dataclasses.asdict(config.model), **dataclasses.asdict(config.train)}
+    recorded = {**(row.get("hyperparameters") or {}), **(row.get("train_settings") or {})}
+    return sorted(name for name, value in expected.items() if name in recorded and name != "precision"
+                  and recorded[name] != (list(value) if isinstance(value, tuple) else value))
 
 
 def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:
@@ -166,7 +183,10 @@ def main(argv=None) -> int:
     published, _ = load_published()
     loaded = []
     for folder in args.folders:
-        result = load_results(folder)
+        try:
+            result = load_results(folder)
+        except ResultsError as error:
+            sys.exit(str(error))
         datasets = result.values("dataset")
         profiles = {result.profile(row) for row in result.rows}
         if len(datasets) != 1 or profiles != {"converge"}:
@@ -176,6 +196,11 @@ def main(argv=None) -> int:
             sys.exit(f"{folder}: holds bf16 rows; the reproduction's reference files are the fp32 runs, and "
                      f"python -m benchmarks.experiments.precision_quality compares a bf16 folder with them")
         dataset = datasets.pop()
+        differing = sorted(f"{row.model} seed {row.seed}: {', '.join(fields)}" for row in result.rows
+                           if row.protocol == "full" and (fields := settings_off_profile(row, dataset)))
+        if differing:
+            sys.exit(f"{folder}: rows trained with settings other than the converge profile's ({'; '.join(differing)});"
+                     f" the reproduction's reference files hold the profile's own runs")
         keys = {row.get("key") for row in result.rows}
         summaries = [model_summary(result.select(model=model, study="main"))
                      for model in names.order_models(result.values("model"))]
