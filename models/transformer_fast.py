@@ -258,7 +258,7 @@ class SoftmaxCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         hidden, weight, bias, targets, saved = ctx.saved_tensors
-        h, w, b = hidden.float(), weight.float(), bias.float()
+        h, w = hidden.float(), weight.float()
         scale = grad.float() / len(h)
         if ctx.kept:  # the logits' gradient is softmax minus one-hot; the one-hot part goes to the target rows
             p = saved
@@ -266,7 +266,7 @@ class SoftmaxCrossEntropy(torch.autograd.Function):
             grad_w = (p.T @ h).index_add_(0, targets, h, alpha=-1.0).mul_(scale)
             grad_b = p.sum(0).sub_(torch.bincount(targets, minlength=len(w))).mul_(scale)
         else:
-            log_norm = saved
+            log_norm, b = saved, bias.float()
             grad_h, grad_w, grad_b = torch.empty_like(h), torch.zeros_like(w), torch.zeros_like(b)
             for i in range(0, len(h), ctx.chunk):
                 rows = slice(i, i + ctx.chunk)
