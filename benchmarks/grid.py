@@ -61,6 +61,11 @@ class Twin:
     key: str
     rows: tuple
 
+    @property
+    def where(self) -> str:
+        """The folder and key the twin's rows were computed under, as plans and logs name them."""
+        return f"{self.folder} (key {self.key[:12]})"
+
 
 def main_grid_key(job: PlannedJob) -> str:
     """The key ``job`` would have as a main-grid job (``run_all.py``): its identity without the study's labels."""
@@ -125,8 +130,7 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     store.start_invocation(invocation, planned, {job.key for job in pending}, reused=set(reused))
     for number, job in enumerate(planned, start=1):
         if job.key in reused:
-            log(f"[{number}/{len(planned)}] {job.run_id}: reused from {reused[job.key].folder} "
-                f"(key {reused[job.key].key[:12]}), the same job there")
+            log(f"[{number}/{len(planned)}] {job.run_id}: reused from {reused[job.key].where}, the same job there")
             _record(_reused(job, reused[job.key]), store, result)
     cache = resolve_cache_dir(options.cache_dir)
     if pending:

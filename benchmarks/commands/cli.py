@@ -142,7 +142,7 @@ def print_plan(planned: list, store: ResultStore, resume: bool, twins: dict | No
         if resume and store.done(job.key, job.protocols):
             action = "skip (done)"
         elif job.key in (twins or {}):
-            action = f"reuse the same job's rows in {twins[job.key].folder} (key {twins[job.key].key[:12]})"
+            action = f"reuse the same job's rows in {twins[job.key].where}"
         elif job.key in states:
             where = progress_text(job, states[job.key])
             action = f"resume from {where}" if resume else f"refused without --resume (its checkpoint: {where})"

@@ -276,8 +276,7 @@ def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, tw
         if removes:
             lines.append(f"    removes: {removes}")
         if job.key in (twins or {}):
-            lines.append(f"    reused: the same job's rows in {twins[job.key].folder} (key {twins[job.key].key[:12]}), "
-                         f"not trained again")
+            lines.append(f"    reused: the same job's rows in {twins[job.key].where}, not trained again")
         elif estimates is not None and job.key in estimates:
             lines.append(f"    estimated training: {estimates[job.key].describe()}")
     if estimates:
