@@ -105,7 +105,7 @@ class ConfigChange:
     differences: tuple[str, ...]
 
 
-def _settings(raw: dict) -> dict:
+def row_settings(raw: dict) -> dict:
     """The settings a row was produced with, flat: hyper-parameters, trainer settings, profile and protocol (and
     the source hash of a model from outside the suite).
     Rows of job-key version 1 also held how their training ran (checkpoint, progress, seed, compile), left out."""
@@ -123,7 +123,7 @@ def _settings(raw: dict) -> dict:
 def _difference(earlier: Row, newest: Row) -> ConfigChange | None:
     if earlier.raw.get("key") == newest.raw.get("key"):
         return None
-    old, new = _settings(earlier.raw), _settings(newest.raw)
+    old, new = row_settings(earlier.raw), row_settings(newest.raw)
     fields = sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
     if not fields:  # same settings, another dataset hash or code version
         fields_text = ("dataset_info",) if earlier.raw.get("dataset_info") != newest.raw.get("dataset_info") else ()

@@ -35,7 +35,7 @@ from recbench.reports import names
 from recbench.reports.figures import curve_figures
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, write_table
-from recbench.reports.results import ResultsError, ResultSet, load_results
+from recbench.reports.results import ResultsError, ResultSet, load_results, row_settings
 from recbench.reports.stats import summarize
 from recbench.reports.tables import label, published_anchor, value_cell
 
@@ -111,7 +111,7 @@ def settings_off_profile(row, dataset: str) -> list[str]:
         return []
     config = resolve(row.model, dataset, "converge")
     expected = {**dataclasses.asdict(config.model), **dataclasses.asdict(config.train)}
-    recorded = {**(row.get("hyperparameters") or {}), **(row.get("train_settings") or {})}
+    recorded = row_settings(row.raw)
     return sorted(name for name, value in expected.items() if name in recorded and name != "precision"
                   and recorded[name] != (list(value) if isinstance(value, tuple) else value))
 
