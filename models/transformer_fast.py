@@ -6,8 +6,9 @@ attention models: what training and scoring run.
   scores use the padded (B, T) layout, where padding is a masked key. At inference the last layer computes only
   each sequence's last position, all that scoring needs.
 - Recomputed attention: CPU training recomputes eq. 2 slice by slice in the backward pass from q, k, v and a
-  one-byte dropout mask drawn once, instead of keeping every layer's (B, h, T, T) weights; CPU dropout masks
-  take four entries from each random draw (:func:`dropout_keep_mask`).
+  one-byte dropout mask drawn once, instead of keeping every layer's (B, h, T, T) weights; a slice holds
+  sequences of similar length and computes only their own columns; CPU dropout masks take four entries from each
+  random draw (:func:`dropout_keep_mask`).
 - :func:`gelu` on packed rows without oneDNN's per-shape kernel cache.
 - :func:`softmax_cross_entropy`: the full-softmax loss, its softmax kept for backward when small enough, else in
   chunks without the whole (rows × items) logit matrix.
@@ -18,6 +19,7 @@ for every block wiring and position scheme.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -48,6 +50,7 @@ class Layout:
     shape: tuple[int, int]  # (B, T)
     mask: torch.Tensor  # (B, 1, T, T) additive attention mask M
     last: torch.Tensor  # (B,) packed row of each sequence's last position
+    spans: torch.Tensor  # (B, 2) each sequence's first real position and one past its last
 
     @property
     def full(self) -> bool:
@@ -63,6 +66,17 @@ class Layout:
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
         """(B, T, k) → (N, k)."""
         return padded.flatten(0, 1) if self.full else padded.flatten(0, 1).index_select(0, self.index)
+
+    @functools.cached_property
+    def by_length(self) -> Layout:
+        """This layout with the padded batch's sequences in order of decreasing length: :meth:`pad` puts the
+        same packed rows in that order and :meth:`pack` returns them in theirs, so no gather is added."""
+        order = torch.argsort(self.spans[:, 1] - self.spans[:, 0], descending=True, stable=True)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(len(order), device=order.device)
+        T = self.shape[1]
+        return Layout(rank[self.index // T] * T + self.index % T, self.shape, self.mask[order], self.last[order],
+                      self.spans[order])
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -134,25 +148,50 @@ class DroppedAttention(torch.autograd.Function):
         return (grad_scores @ k).mul_(scale), (grad_scores.mT @ q).mul_(scale), grad_v, None, None, None
 
 
-def _recomputed_attention(q, k, v, mask, dropout: float):
+def _recomputed_attention(q, k, v, mask, dropout: float, spans: torch.Tensor):
     """Eq. 2 with attention dropout, for CPU training. PyTorch's fused CPU kernel has no dropout, so its
     fallback keeps the (B, h, T, T) weights, the dropout mask and the dropped weights of every layer until the
     backward pass (about 180 MB a layer at ML-1m's batch of 256 × 200). Here the dropout mask is drawn once
-    (one byte per weight; whole, so that the slice size never changes it) and :class:`DroppedAttention`
-    recomputes each slice's weights in the backward pass, so one slice's weights exist at a time."""
-    rows = max(1, _ATTENTION_SLICE_FLOATS // (q.shape[1] * q.shape[2] * k.shape[2]))
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # else every product of a slice copies it
-    keep = dropout_keep_mask((*q.shape[:3], k.shape[2]), dropout, q.device)
+    (one byte per weight; whole, so that the slicing never changes it) and :class:`DroppedAttention`
+    recomputes each slice's weights in the backward pass, so one slice's weights exist at a time.
+
+    A slice is consecutive sequences, computed on the columns where one of them has a real position (``spans``)
+    only: a column outside is a padding key to all of them (weight exactly 0) and a padding query (output never
+    used, returned as 0). Sequences in order of decreasing length (:attr:`Layout.by_length`) make each slice's
+    columns its longest sequence's: on ML-1m, where 56% of the windows are full and the rest shorter, about two
+    thirds of the padded batch's attention weights."""
+    B, heads, queries, T = *q.shape[:3], k.shape[2]
+    square = queries == T  # else the last position's query only (last_only), computed in every slice
+    first, end = spans.T.tolist()
+    slices, i = [], 0  # (sequences, first column, end column)
+    while i < B:
+        length = end[i] - first[i]  # the slice's longest when lengths fall along the batch
+        count = max(1, _ATTENTION_SLICE_FLOATS // (heads * (length if square else 1) * length))
+        slices.append((min(count, B - i), min(first[i:i + count]), max(end[i:i + count])))
+        i += count
+    keep = dropout_keep_mask((B, heads, queries, T), dropout, q.device)
+    counts = [count for count, _, _ in slices]
+    pieces = []
     # split, not slicing: one gradient per input, not one zero-filled copy per slice
-    heads = [DroppedAttention.apply(*parts, dropout)
-             for parts in zip(q.split(rows), k.split(rows), v.split(rows), mask.split(rows), keep.split(rows))]
-    return torch.cat(heads)
+    for (_, a, e), q_part, k_part, v_part, mask_part, keep_part in zip(
+            slices, *(t.split(counts) for t in (q, k, v, mask, keep))):
+        keys = slice(a, e)
+        rows = keys if square else slice(None)
+        part = DroppedAttention.apply(q_part[:, :, rows].contiguous(), k_part[:, :, keys].contiguous(),
+                                      v_part[:, :, keys].contiguous(), mask_part[:, :, rows, keys],
+                                      keep_part[:, :, rows, keys], dropout)
+        pieces.append(F.pad(part, (0, 0, a, T - e)) if square else part)  # zeros at the padding queries
+    return torch.cat(pieces)
 
 
 def packed_attention(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor, layout: Layout,
                      last_only: bool) -> torch.Tensor:
     """MH(Q, K) of packed (N, d) query and key rows → packed (N, d), or (B, d) for each sequence's last position
     only (every position is still a key)."""
+    dropout = attention.dropout.p if attention.training else 0.0
+    recompute = dropout > 0 and queries.device.type == "cpu" and torch.is_grad_enabled()
+    if recompute and not last_only:
+        layout = layout.by_length  # the padded batch in length order, for the recomputed slices
     if queries is keys:
         q, k, v = layout.pad(attention.qkv(queries)).chunk(3, dim=-1)  # one gather for W^Q, W^K, W^V
     else:
@@ -164,9 +203,8 @@ def packed_attention(attention: MultiHeadAttention, queries: torch.Tensor, keys:
     if last_only:
         q, mask = q[:, -1:], mask[:, :, -1:]
     q, k, v = (split_heads(t, attention.heads) for t in (q, k, v))
-    dropout = attention.dropout.p if attention.training else 0.0
-    if dropout > 0 and q.device.type == "cpu" and torch.is_grad_enabled():
-        heads = _recomputed_attention(q, k, v, mask, dropout)
+    if recompute:
+        heads = _recomputed_attention(q, k, v, mask, dropout, layout.spans)
     else:
         heads = _attend(q, k, v, mask, dropout)
     heads = merge_heads(heads)
@@ -224,7 +262,8 @@ class PackedSequenceEncoder(SequenceEncoder):
         B, T = items.shape
         present = self.real_positions(items, last_only)
         index = present.flatten().nonzero().squeeze(1)
-        layout = Layout(index, (B, T), self.attention_mask(present), present.sum(1).cumsum(0) - 1)
+        spans = torch.stack([present.byte().argmax(1), T - present.flip(1).byte().argmax(1)], 1)
+        layout = Layout(index, (B, T), self.attention_mask(present), present.sum(1).cumsum(0) - 1, spans)
         x = self.embed(items.flatten()[index], self.position_ids(present).flatten()[index])
         for number, block in enumerate(self.blocks, start=1):
             x = packed_block(block, x, layout, last_only and number == len(self.blocks))

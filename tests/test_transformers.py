@@ -1,6 +1,7 @@
 """The shared Transformer encoder and SASRec / SASRec-CE: the packed encoder against the plain equations, SASRec's
 official block against a transcription of the authors' TF code, ablation switches, causality, padding, batching,
 windows, attention maps, and learning a strong item-transition chain better than POP."""
+import dataclasses
 import math
 import re
 
@@ -115,11 +116,21 @@ ENCODER_VARIANTS = [
 
 @pytest.mark.parametrize("variant", ENCODER_VARIANTS)
 @pytest.mark.parametrize("last_only", [False, True])
-def test_packed_encoder_gives_the_plain_equations_outputs_and_gradients(variant, last_only):
+@pytest.mark.parametrize("dropout_path", [False, True])
+def test_packed_encoder_gives_the_plain_equations_outputs_and_gradients(variant, last_only, dropout_path,
+                                                                        monkeypatch):
+    """``dropout_path``: the packed encoder trains with dropout whose masks keep everything (p = 1e-7, a scale
+    within the tolerance), so that its CPU training path runs: the recomputed attention on the batch in length
+    order, one sequence a slice for the longest (11 items) and the two shorter ones together."""
     config = EncoderConfig(vocab_size=41, max_len=14, hidden=16, heads=2, ffn_inner=32, dropout=0.0,
                            attention_dropout=0.0, **variant)
     torch.manual_seed(0)
     plain = SequenceEncoder(config).train()
+    if dropout_path:
+        config = dataclasses.replace(config, dropout=1e-7, attention_dropout=1e-7)
+        monkeypatch.setattr(transformer_fast, "dropout_keep_mask",
+                            lambda shape, p, device: torch.ones(shape, dtype=torch.bool, device=device))
+        monkeypatch.setattr(transformer_fast, "_ATTENTION_SLICE_FLOATS", 2 * 11 * 11)
     packed = PackedSequenceEncoder(config).train()
     packed.load_state_dict(plain.state_dict())
     items = HISTORIES  # three left-padded rows of 5, 11 and 1 items
@@ -298,38 +309,46 @@ def attention_with_dropout(q, k, v, mask, keep, p):
 
 
 def test_recomputed_attention_equals_eq_2_with_the_same_dropout_masks(monkeypatch):
-    """CPU training recomputes eq. 2 slice by slice in the backward pass: outputs and gradients must equal
-    autograd's through the written-out equation with the same dropout masks, whatever the slice size (a speed
-    setting: the masks are drawn for the whole batch), and without dropout PyTorch's attention kernel."""
+    """CPU training recomputes eq. 2 slice by slice in the backward pass, each slice on the columns where its
+    sequences have real positions: on every real query, outputs and gradients must equal autograd's through the
+    written-out equation on the padded batch with the same dropout masks, whatever the slice size (a speed
+    setting: the masks are drawn for the whole batch) and the side of the padding; without dropout PyTorch's
+    attention kernel."""
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(5, 2, 5, 4, generator=generator) for _ in range(3))  # 2 × 5 × 5 = 50 weights a sequence
-    mask = torch.zeros(5, 1, 5, 5)
-    mask[:, :, :, :2] = float("-inf")  # two padding keys
-    mask[:, :, torch.arange(5), torch.arange(5)] = 0.0  # each position sees itself
+    lengths = torch.tensor([3, 5, 1, 4, 3])  # sorted by length, the slices mix the batch's order
+    for side in ("left", "right"):
+        columns = torch.arange(5)
+        real = columns >= 5 - lengths[:, None] if side == "left" else columns < lengths[:, None]  # (B, T)
+        spans = torch.stack([real.byte().argmax(1), 5 - real.flip(1).byte().argmax(1)], 1)
+        mask = torch.zeros(5, 1, 5, 5).masked_fill_(~real[:, None, None, :], float("-inf"))  # padding keys
+        mask[:, :, columns, columns] = 0.0  # each position sees itself
+        query_weights = torch.arange(q.numel()).view_as(q).sin() * real[:, None, :, None]  # real queries only
 
-    def run(attend):
-        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
-        torch.manual_seed(1)
-        out = attend(*inputs, mask)
-        (out * torch.arange(out.numel()).view_as(out).sin()).sum().backward()
-        return out, [t.grad for t in inputs]
+        def run(attend):
+            inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+            torch.manual_seed(1)
+            out = attend(*inputs, mask) * real[:, None, :, None]
+            (out * query_weights).sum().backward()
+            return out, [t.grad for t in inputs]
 
-    def direct(q, k, v, mask):  # the same masks: one draw for the batch
-        return attention_with_dropout(q, k, v, mask, transformer_fast.dropout_keep_mask((5, 2, 5, 5), 0.5, q.device),
-                                      0.5)
+        def direct(q, k, v, mask):  # the same masks: one draw for the batch
+            keep = transformer_fast.dropout_keep_mask((5, 2, 5, 5), 0.5, q.device)
+            return attention_with_dropout(q, k, v, mask, keep, 0.5)
 
-    expected, expected_grads = run(direct)
-    # one sequence a slice (50 weights: not a multiple of the 4 a random draw serves), two, all five at once
-    for sequences in (1, 2, 5):
-        monkeypatch.setattr(transformer_fast, "_ATTENTION_SLICE_FLOATS", sequences * 2 * 5 * 5)
-        out, grads = run(lambda *a: transformer_fast._recomputed_attention(*a, 0.5))
-        assert torch.allclose(out, expected, atol=1e-6), sequences
-        for grad, expected_grad in zip(grads, expected_grads):
-            assert torch.allclose(grad, expected_grad, atol=1e-6), sequences
-    undropped = transformer_fast._attend(q, k, v, mask, 0.0)
+        expected, expected_grads = run(direct)
+        # one full sequence a slice (50 weights: not a multiple of the 4 a random draw serves), two, all at once
+        for sequences in (1, 2, 5):
+            monkeypatch.setattr(transformer_fast, "_ATTENTION_SLICE_FLOATS", sequences * 2 * 5 * 5)
+            out, grads = run(lambda *a: transformer_fast._recomputed_attention(*a, 0.5, spans))
+            assert torch.allclose(out, expected, atol=1e-6), (side, sequences)
+            for grad, expected_grad in zip(grads, expected_grads):
+                assert torch.allclose(grad, expected_grad, atol=1e-6), (side, sequences)
+    undropped = transformer_fast._attend(q, k, v, mask, 0.0) * real[:, None, :, None]
     assert not torch.allclose(out, undropped, atol=1e-3)  # dropout was applied
     everything = torch.ones(5, 2, 5, 5, dtype=torch.bool)
-    assert torch.allclose(attention_with_dropout(q, k, v, mask, everything, 0.0), undropped, atol=1e-6)
+    assert torch.allclose(attention_with_dropout(q, k, v, mask, everything, 0.0) * real[:, None, :, None],
+                          undropped, atol=1e-6)
 
 
 def test_dropout_masks_keep_with_probability_one_minus_p():
