@@ -92,6 +92,10 @@ def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int],
     stops = {}
     for path in sorted(Path(folder).glob("converge-*.json")):
         reference = json.loads(path.read_text())
+        if not isinstance(reference, dict) or not {"dataset", "profile", "summary"} <= reference.keys():
+            raise ValueError(f"{path}: not a converge reference (it lacks dataset, profile or summary), and the plans "
+                             f"read every converge-*.json there as one: rename it, or write it with python -m "
+                             f"benchmarks.experiments.converge_reference")
         for summary in reference["summary"]:
             if not summary["converged"]:
                 continue

@@ -310,6 +310,12 @@ def test_seconds_per_step_runs_the_loss_under_bf16_autocast_when_asked():
         assert autocast and set(autocast) == {bf16}
 
 
+def test_a_file_named_like_a_converge_reference_that_is_none_is_one_clear_error(tmp_path):
+    (tmp_path / "converge-deviations.json").write_text(json.dumps({"variants": {}}))
+    with pytest.raises(ValueError, match=r"converge-deviations\.json: not a converge reference .* rename it"):
+        reference_stops(tmp_path)
+
+
 def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp_path):
     reference = {"dataset": "chain", "profile": "smoke", "summary": [
         {"model": "sasrec", "converged": True, "epochs_run": {"0": 2, "1": 3, "2": 9},
