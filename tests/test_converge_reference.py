@@ -77,3 +77,33 @@ def test_a_folder_of_runs_off_the_profile_or_no_folder_at_all_is_refused_in_one_
     with pytest.raises(SystemExit, match=r"missing is not a folder; pass the results folder of a run"):
         converge_reference.main([str(tmp_path / "missing"), "--output", str(tmp_path / "reference")])
     assert not (tmp_path / "reference").exists()
+
+
+@pytest.mark.parametrize("dataset", ["ml-1m", "beauty"])
+def test_a_restored_folder_gives_back_the_committed_reference_and_resume_skips_its_jobs(dataset, tmp_path):
+    import json
+
+    from benchmarks.experiments import converge_reference
+    from recbench.benchmarks.store import ResultStore
+
+    committed = converge_reference.ROOT / "results" / "reference" / f"converge-{dataset}.json"
+    folder = tmp_path / f"converge-{dataset}"
+    assert converge_reference.main(["--restore", str(committed), str(folder)]) == 0
+    assert converge_reference.main([str(folder), "--output", str(tmp_path / "reference")]) == 0
+    before, after = json.loads(committed.read_text()), json.loads((tmp_path / "reference" / committed.name).read_text())
+    assert after["rows"] == before["rows"] and after["summary"] == before["summary"]
+    assert after["invocations"] == before["invocations"]  # the restore's own manifest line is not an invocation
+    store = ResultStore(folder)
+    assert all(store.done(row["key"], ["full", "pop100"]) for row in before["rows"])
+    with pytest.raises(SystemExit, match=rf"converge-{dataset} already holds results.jsonl; --restore writes a new"):
+        converge_reference.main(["--restore", str(committed), str(folder)])
+
+
+def test_restoring_from_a_file_that_is_no_reference_is_one_line(tmp_path):
+    from benchmarks.experiments import converge_reference
+
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    with pytest.raises(SystemExit, match=r"other.json: not a reference file of this module \(KeyError: "
+                                         r"'invocations'\); pass results/reference/converge-<dataset>.json"):
+        converge_reference.main(["--restore", str(tmp_path / "other.json"), str(tmp_path / "folder")])
+    assert not (tmp_path / "folder").exists()

@@ -16,19 +16,28 @@ cap ended has not converged, and the table says so). ``converge/curves_<dataset>
 against epochs and training seconds for SASRec, SASRec-CE and BERT4Rec (the report's curve figure). A folder of
 bf16 rows, or of rows trained with settings other than the profile's (a diagnosis run's ``--set``), is refused in
 one line, so that it never overwrites the reference of the profile's own runs.
+
+The results folders are git-ignored and the reference files are what a clone has. ``--restore`` turns a reference
+file back into the folder it was written from (its rows and the manifest lines of its invocations; per-user files
+and checkpoints are not in it), so that a fresh clone adds seeds or models to the committed rows with ``run_all.py
+... --resume``, which skips the jobs already there, and this command then rewrites the reference with all of them:
+
+    python -m benchmarks.experiments.converge_reference --restore results/reference/converge-ml-1m.json \\
+        results/converge-ml-1m
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.store import write_atomic
+from recbench.benchmarks.store import now, write_atomic
 from recbench.benchmarks.trainer import improves, patience_spent
 from recbench.models import is_registered
 from recbench.reports import names
@@ -175,11 +184,42 @@ def reproduced_table(results: list[ResultSet], published: list) -> Table:
                  table_rows, notes=notes, align="llrrrrrrrrlrrl", breaks=breaks)
 
 
+def restore(reference: Path, folder: Path) -> int:
+    """Write the results folder ``reference`` (a file this module wrote) was made from: ``results.jsonl`` with its
+    rows as they are, ``manifest.jsonl`` with one start line per invocation (its time, command and commit) and a
+    line saying where they came from. Refused in one line where ``folder`` already holds results."""
+    if (folder / "results.jsonl").exists():
+        sys.exit(f"{folder} already holds results.jsonl; --restore writes a new folder, so pass an empty one")
+    try:
+        written = json.loads(reference.read_text())
+        rows, runs = written["rows"], written["invocations"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        sys.exit(f"{reference}: not a reference file of this module ({type(error).__name__}: {error}); pass "
+                 f"results/reference/converge-<dataset>.json")
+    keys = {row["run_id"]: row["key"] for row in rows}
+    manifest = [{"event": "start", "time": run["time"], "command": shlex.split(run["command"])[1:],
+                 "commit": run["commit"], "cwd": run.get("cwd"),
+                 "jobs": [{"key": keys[run_id], "run_id": run_id, "action": "run"} for run_id in run["jobs"]]}
+                for run in runs]
+    manifest.append({"event": "restore", "time": now(), "from": str(reference), "rows": len(rows)})
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "manifest.jsonl", "".join(json.dumps(entry) + "\n" for entry in manifest))
+    write_atomic(folder / "results.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+    print(f"restored: {folder} ({len(rows)} rows of {len(keys)} jobs from {reference})")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="results folders of run_all.py --profile converge")
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "reference")
+    parser.add_argument("--restore", type=Path, metavar="REFERENCE",
+                        help="write the one folder given from this reference file instead (see above)")
     args = parser.parse_args(argv)
+    if args.restore is not None:
+        if len(args.folders) != 1:
+            parser.error("--restore writes one folder: pass exactly one")
+        return restore(args.restore, args.folders[0])
     published, _ = load_published()
     loaded = []
     for folder in args.folders:
