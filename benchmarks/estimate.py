@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from recbench.benchmarks.trainer import resolve_device, trains_in_bf16
+from recbench.benchmarks.trainer import fused_adam, resolve_device, trains_in_bf16
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 
@@ -108,12 +108,15 @@ def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int],
     return stops
 
 
-def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int, bf16: bool = False) -> float:
+def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int, bf16: bool = False,
+                     fused: bool | None = None) -> float:
     """Mean seconds of one training step (loss, backward, an Adam step) on batches of ``examples``, the loss
     under bf16 autocast where ``bf16`` (as the trainer's ``precision=bf16`` runs it), after one untimed warm-up
-    step; consecutive rows for models that train on ordered rows (GRU4Rec)."""
+    step; consecutive rows for models that train on ordered rows (GRU4Rec). Adam is fused where the trainer fuses
+    it (:func:`fused_adam`) unless ``fused`` says otherwise."""
     n = len(next(iter(examples.values())))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-9)  # the update's cost, not its effect, is measured
+    fused = fused_adam(model.device) if fused is None else fused
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-9, fused=fused)  # the update's cost, not its effect
     generator = torch.Generator(device=model.device).manual_seed(0)
     model.train()
     timed, started = 0, None

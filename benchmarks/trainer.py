@@ -233,6 +233,13 @@ def native_bf16(device: torch.device) -> bool:
     return bool(cpu_flags() & set(BF16_CPU_FLAGS))
 
 
+def fused_adam(device: torch.device) -> bool:
+    """Whether Adam runs fused on ``device``: one kernel per parameter group instead of about ten elementwise
+    passes over every tensor, the same update up to rounding. On the CPU it matters where the embedding tables are
+    large and a step touches all of them (NCF, BPR-MF, FPMC; ``benchmarks/experiments/adam_speed.py``)."""
+    return device.type in ("cuda", "cpu")
+
+
 def trains_in_bf16(settings: TrainSettings, device: torch.device) -> bool:
     """Whether training with ``settings`` on ``device`` runs under bf16 autocast: asked for, and native there."""
     return settings.precision == "bf16" and native_bf16(device)
@@ -559,7 +566,7 @@ class Trainer:
             return torch.optim.SGD(groups, lr=s.lr, weight_decay=s.weight_decay)
         kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
         return kind(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay,
-                    fused=model.device.type == "cuda")
+                    fused=fused_adam(model.device))
 
     def _schedule(self, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
         """The learning rate's factor at each step (0-based) of ``total_steps``."""

@@ -356,3 +356,26 @@ def test_a_resumed_run_draws_the_dropout_masks_an_uninterrupted_run_draws(tmp_pa
     # Other dropout masks move the factors by about their own size; on CUDA the sums' order may differ (atomics).
     tolerance = 0.0 if device == "cpu" else 1e-5
     torch.testing.assert_close(resumed.item_factors.weight, reference.item_factors.weight, rtol=0, atol=tolerance)
+
+
+def test_adam_runs_fused_on_the_cpu_the_loops_update_and_a_loop_checkpoint_resumes_fused(tmp_path, monkeypatch):
+    """The trainer's Adam is fused on the CPU (one kernel a step instead of a loop of passes over every tensor,
+    several times faster for large embedding tables): the loop's weights up to rounding, and a checkpoint that
+    the loop wrote (a run of an older version) resumes with the fused implementation."""
+    split = toy_split()
+    optimizer = trainer()._optimizer(new_model())
+    assert [group["fused"] for group in optimizer.param_groups] == [True] * len(optimizer.param_groups)
+
+    fused, loop = new_model(), new_model()
+    trainer(max_epochs=3, patience=None).fit(fused, split.train(), None)
+    checkpoint = tmp_path / "run.pt"
+    with monkeypatch.context() as patched:
+        patched.setattr(trainer_module, "fused_adam", lambda device: False)
+        trainer(max_epochs=3, patience=None, checkpoint=str(checkpoint)).fit(loop, split.train(), None)
+    saved = torch.load(checkpoint, weights_only=False)["optimizer"]
+    assert saved["param_groups"][0]["fused"] is False
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused.parameters(), loop.parameters()))
+
+    resumed = trainer()._optimizer(new_model())
+    trainer_module.Trainer._load_optimizer(resumed, saved)
+    assert resumed.param_groups[0]["fused"] is True and resumed.state  # the loop's moments, the fused kernel
