@@ -234,9 +234,9 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def fused_adam(device: torch.device) -> bool:
-    """Whether Adam runs fused on ``device``: one kernel per parameter group instead of about ten elementwise
-    passes over every tensor, the same update up to rounding. On the CPU it matters where the embedding tables are
-    large and a step touches all of them (NCF, BPR-MF, FPMC; ``benchmarks/experiments/adam_speed.py``)."""
+    """Whether Adam runs fused on ``device``: one pass over each tensor that reads the gradient and moments once,
+    instead of about ten elementwise passes, the same update up to rounding. On the CPU it matters where the
+    embedding tables are large and a step touches all of them (NCF, BPR-MF, FPMC; ``experiments/adam_speed.py``)."""
     return device.type in ("cuda", "cpu")
 
 

@@ -359,9 +359,9 @@ def test_a_resumed_run_draws_the_dropout_masks_an_uninterrupted_run_draws(tmp_pa
 
 
 def test_adam_runs_fused_on_the_cpu_the_loops_update_and_a_loop_checkpoint_resumes_fused(tmp_path, monkeypatch):
-    """The trainer's Adam is fused on the CPU (one kernel a step instead of a loop of passes over every tensor,
-    several times faster for large embedding tables): the loop's weights up to rounding, and a checkpoint that
-    the loop wrote (a run of an older version) resumes with the fused implementation."""
+    """The trainer's Adam is fused on the CPU (one pass over each tensor instead of about ten, several times faster
+    for large embedding tables): the loop's weights up to rounding, and a checkpoint that the loop wrote (a run of an
+    older version) resumes with the fused implementation."""
     split = toy_split()
     optimizer = trainer()._optimizer(new_model())
     assert [group["fused"] for group in optimizer.param_groups] == [True] * len(optimizer.param_groups)
@@ -378,4 +378,4 @@ def test_adam_runs_fused_on_the_cpu_the_loops_update_and_a_loop_checkpoint_resum
 
     resumed = trainer()._optimizer(new_model())
     trainer_module.Trainer._load_optimizer(resumed, saved)
-    assert resumed.param_groups[0]["fused"] is True and resumed.state  # the loop's moments, the fused kernel
+    assert resumed.param_groups[0]["fused"] is True and resumed.state  # the loop's moments, the fused update

@@ -3,7 +3,7 @@
     python -m benchmarks.experiments.adam_speed --data-dir DIR --threads 1 --rounds 3
 
 PyTorch's Adam on the CPU defaults to its single-tensor loop, about ten elementwise passes over every parameter
-per step; ``fused=True`` does the update in one kernel. Which matters where a step updates large embedding tables
+per step; ``fused=True`` updates each tensor in one pass. Which matters where a step updates large embedding tables
 whole (dense gradients, as the authors' Keras and TensorFlow code updates them): NCF, BPR-MF and FPMC keep a row
 per user and per item, and Beauty has 40,226 users and 54,542 items. Each model of ``--models`` on each dataset,
 built as the converge profile builds it, is timed over training steps (loss, backward, an Adam step:

@@ -185,7 +185,7 @@ def reproduced_table(results: list[ResultSet], published: list) -> Table:
 
 
 def restore(reference: Path, folder: Path) -> int:
-    """Write the results folder ``reference`` (a file this module wrote) was made from: ``results.jsonl`` with its
+    """Write the results folder that ``reference`` (a file this module wrote) was made from: ``results.jsonl`` with its
     rows as they are, ``manifest.jsonl`` with one start line per invocation (its time, command and commit) and a
     line saying where they came from. Refused in one line where ``folder`` already holds results."""
     if (folder / "results.jsonl").exists():
