@@ -31,7 +31,7 @@ import torch
 from benchmarks.experiments.speed_transformers import load_average, write_report
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.provenance import git_commit
-from recbench.benchmarks.trainer import Trainer, TrainRun, native_bf16
+from recbench.benchmarks.trainer import Trainer, TrainRun, fused_adam, native_bf16
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import PAD, LeaveOneOutSplit
 from recbench.models import model_class
@@ -129,7 +129,8 @@ def profile_step(args, data, train) -> dict:
     rows = torch.from_numpy(np.random.default_rng(args.seed).choice(len(examples["window"]),
                                                                     config.train.batch_size, replace=False))
     batch = {key: value[rows] for key, value in examples.items()}
-    optimizer = torch.optim.AdamW(model.parameter_groups(), lr=config.train.lr, eps=config.train.eps)
+    optimizer = torch.optim.AdamW(model.parameter_groups(), lr=config.train.lr, eps=config.train.eps,
+                                  fused=fused_adam(torch.device("cpu")))  # as the trainer's
     generator = torch.Generator().manual_seed(args.seed)
     model.train()
     phase_seconds(model, batch, optimizer, generator, 1)  # warm-up
