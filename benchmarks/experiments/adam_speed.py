@@ -36,7 +36,7 @@ DATASETS = ("ml-1m", "beauty")
 
 
 def build(model_name: str, dataset: str, data, train, seed: int):
-    """The model as the converge profile builds it, its training examples and its batch size."""
+    """The model as the converge profile builds it, its training examples and the profile's train settings."""
     config = resolve(model_name, dataset, "converge")
     torch.manual_seed(seed)
     model = model_class(model_name)(data.n_users, data.n_items, config.model)
@@ -46,14 +46,13 @@ def build(model_name: str, dataset: str, data, train, seed: int):
 def update_difference(model, examples: dict, train_settings, steps: int, seed: int) -> dict:
     """Largest absolute parameter difference, and the largest parameter, after ``steps`` steps of the loop and
     of the fused Adam from the same weights on the same batches (the profile's learning rate and betas)."""
-    copies = {}
+    copies, n = {}, len(next(iter(examples.values())))
     for fused in (False, True):
         current = copy.deepcopy(model)
         optimizer = torch.optim.Adam(current.parameters(), lr=train_settings.lr, betas=train_settings.betas,
                                      eps=train_settings.eps, fused=fused)
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)  # dropout draws from the global generator: the same masks for both
-        n = len(next(iter(examples.values())))
         current.train()
         for _ in range(steps):
             rows = torch.randint(n, (min(n, train_settings.batch_size),), generator=generator)

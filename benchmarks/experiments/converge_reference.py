@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -197,7 +196,7 @@ def restore(reference: Path, folder: Path) -> int:
         sys.exit(f"{reference}: not a reference file of this module ({type(error).__name__}: {error}); pass "
                  f"results/reference/converge-<dataset>.json")
     keys = {row["run_id"]: row["key"] for row in rows}
-    manifest = [{"event": "start", "time": run["time"], "command": shlex.split(run["command"])[1:],
+    manifest = [{"event": "start", "time": run["time"], "command": run["command"].split(" ")[1:],
                  "commit": run["commit"], "cwd": run.get("cwd"),
                  "jobs": [{"key": keys[run_id], "run_id": run_id, "action": "run"} for run_id in run["jobs"]]}
                 for run in runs]

@@ -130,7 +130,7 @@ def profile_step(args, data, train) -> dict:
                                                                     config.train.batch_size, replace=False))
     batch = {key: value[rows] for key, value in examples.items()}
     optimizer = torch.optim.AdamW(model.parameter_groups(), lr=config.train.lr, eps=config.train.eps,
-                                  fused=fused_adam(torch.device("cpu")))  # as the trainer's
+                                  fused=fused_adam(model.device))  # as the trainer's
     generator = torch.Generator().manual_seed(args.seed)
     model.train()
     phase_seconds(model, batch, optimizer, generator, 1)  # warm-up
