@@ -14,6 +14,11 @@ from types import SimpleNamespace
 import pytest
 from packaging.requirements import Requirement
 
+# Before the suite's tuning modules, which import Optuna: without it the file is skipped, not a collection error
+# that stops `pytest -m cuda` (a bare GPU machine has no Optuna). Hence the imports below it (ruff: E402).
+# ruff: noqa: E402
+optuna = pytest.importorskip("optuna")
+
 import run_all
 from recbench.benchmarks import tune, worker
 from recbench.benchmarks.config import resolve, toml_value
@@ -26,8 +31,6 @@ from recbench.benchmarks.tuning.study import Context, SearchSettings, Study, def
 from recbench.models import model_names
 from recbench.reports import generate_report
 from tests.helpers import ROOT, dask_cluster, wait_for
-
-optuna = pytest.importorskip("optuna")
 
 
 
