@@ -46,7 +46,8 @@ def test_a_cpu_rehearsal_runs_every_piece_and_leaves_one_archive(bare_device):
             assert speed["precision_used"] in ("fp32", precision)  # bf16 only where the CPU has it natively
     assert pieces["ranking"]["synthetic"]["seconds"] > 0
     rows = pieces["bert4rec"]
-    assert set(rows) == {"full", "pop100"}
+    assert set(rows) == {"full", "pop100", "precision_chosen", "why"}
+    assert rows["full"]["precision"] == rows["precision_chosen"]  # trained in the precision it chose
     assert rows["full"]["stopped_by"] == "max epochs"  # the rehearsal's; on a GPU early stopping or the time left
     assert 0 < rows["full"]["time_budget_s"] < MINUTES * 60  # training gets what the other pieces left
     assert rows["full"]["precision"] in ("fp32", "bf16") and rows["full"]["device"].startswith("cpu")
@@ -57,6 +58,21 @@ def test_a_cpu_rehearsal_runs_every_piece_and_leaves_one_archive(bare_device):
     names = archive_names(out)
     assert {"gpu_check/gpu_check.json", "gpu_check/pytest.txt", "gpu_check/bert4rec/results.jsonl"} <= names
     assert not any(name.endswith(".pt") for name in names)  # checkpoints stay out of the archive
+
+
+def test_bert4rec_trains_in_the_precision_measured_faster():
+    def speed(fp32, bf16, bf16_used="bf16"):
+        return {"bert4rec fp32": {"precision_used": "fp32", "steps_per_s": fp32},
+                "bert4rec bf16": {"precision_used": bf16_used, "steps_per_s": bf16}}
+
+    assert gpu_check.faster_precision(speed(104.77, 61.06)) == (
+        "fp32", "steps/s measured: fp32 104.77, bf16 61.06")  # the first H100's figures
+    assert gpu_check.faster_precision(speed(50.0, 80.0))[0] == "bf16"
+    assert gpu_check.faster_precision(speed(50.0, 50.0))[0] == "bf16"  # a tie keeps the issue's bf16
+    assert gpu_check.faster_precision(speed(50.0, 80.0, bf16_used="fp32")) == (
+        "fp32", "bf16 is not native on this device")
+    assert gpu_check.faster_precision({"bert4rec fp32": {"skipped": "3 s left"}})[0] == "bf16"
+    assert gpu_check.faster_precision({})[0] == "bf16"
 
 
 def test_when_the_time_runs_out_the_archive_holds_what_was_done(bare_device, monkeypatch):

@@ -33,7 +33,6 @@ from recbench.reports import generate_report
 from tests.helpers import ROOT, dask_cluster, wait_for
 
 
-
 def test_the_installed_optuna_is_in_the_range_pyproject_states():
     """The suite states the Optuna versions it supports (pyproject.toml); the tests run on one of them, so a new
     major release is not used untried (the tuning tests passed on the range's first and last: 3.6.2 and 5.0.0)."""

@@ -1,6 +1,6 @@
 """The suite on a CUDA GPU in minutes, in one command: the CUDA tests, training speed of the attention models in
-fp32 and bf16, all-user full ranking, peak GPU memory, then BERT4Rec on ML-1m under the converge profile in bf16
-until early stopping or the time left, with its result rows:
+fp32 and bf16, all-user full ranking, peak GPU memory, then BERT4Rec on ML-1m under the converge profile, in the
+precision that measured faster, until early stopping or the time left, with its result rows:
 
     python -m benchmarks.gpu_check --data-dir DIR --out DIR                   # 8 minutes on one GPU
     python -m benchmarks.gpu_check --data-dir DIR --out DIR --minutes 30      # more time for BERT4Rec
@@ -18,8 +18,10 @@ The pieces, in order, each given what is left of ``--minutes`` (less a reserve f
    batches in fp32 and in bf16 each: steps/s, sequences/s, the seconds of one epoch, peak GPU memory.
 3. ``ranking``: an all-user full ranking of the test split on ML-1m and on ``synthetic-ml-20m`` (138,493 users ×
    26,744 items), timed after one untimed pass, with its peak memory.
-4. ``bert4rec``: BERT4Rec on ML-1m under the converge profile in bf16 (``run_jobs``, resumable, the time budget set
-   to what is left), its rows with ``stopped_by`` saying whether early stopping or the budget ended it.
+4. ``bert4rec``: BERT4Rec on ML-1m under the converge profile (``run_jobs``, resumable, the time budget set to what
+   is left), its rows with ``stopped_by`` saying whether early stopping or the budget ended it. It trains in the
+   precision the speed piece measured faster for BERT4Rec (bf16 where that piece was skipped); ``--set
+   precision=bf16`` fixes it.
 
 ``--device cpu`` with a small ``--speed-dataset``, ``--ranking-datasets`` and ``--train-dataset`` rehearses the
 whole command on a CPU; the tests do so (``tests/test_gpu_check.py``).
@@ -212,13 +214,27 @@ def prepare(datasets: list[str], data_dir: str, cache_dir: str) -> None:
         load_dataset(name, data_dir=data_dir, cache_dir=cache_dir, progress=False)
 
 
-def bert4rec_run(check: Check, clock: Clock) -> dict:
-    """BERT4Rec on ``--train-dataset`` (ML-1m), converge profile, bf16, until early stopping or the time left
-    (resumable: a rerun with the same output continues it)."""
+def faster_precision(speed: dict) -> tuple[str, str]:
+    """The precision in which BERT4Rec trained more steps a second in the speed piece, and why: bf16 unless fp32
+    measured faster or bf16 fell back to fp32. On the first H100 (d = 64, batches of 128) fp32 ran 1.7 to 1.9 times
+    as many steps (results/reference/gpu-h100/): steps that small wait on kernel launches, and autocast adds casts."""
+    fp32, bf16 = (speed.get(f"bert4rec {precision}") or {} for precision in PRECISIONS)
+    if "steps_per_s" not in fp32 or "steps_per_s" not in bf16:
+        return "bf16", "the speed piece did not measure both precisions"
+    if bf16["precision_used"] != "bf16":
+        return "fp32", "bf16 is not native on this device"
+    winner = "bf16" if bf16["steps_per_s"] >= fp32["steps_per_s"] else "fp32"
+    return winner, f"steps/s measured: fp32 {fp32['steps_per_s']}, bf16 {bf16['steps_per_s']}"
+
+
+def bert4rec_run(check: Check, clock: Clock, precision: str) -> dict:
+    """BERT4Rec on ``--train-dataset`` (ML-1m), converge profile, in ``precision`` (a ``--set precision=...`` of
+    the command wins), until early stopping or the time left (resumable: a rerun with the same output continues
+    it)."""
     budget = clock.left() - clock.share(FINISH_SHARE, FINISH_MAX_S)  # the rest: the final evaluation and rows
     if budget < 5.0:
         return {"skipped": f"{clock.left():.0f} s left"}
-    overrides = ("precision=bf16", f"time_budget_s={budget:.0f}", *check.args.overrides)
+    overrides = (f"precision={precision}", f"time_budget_s={budget:.0f}", *check.args.overrides)
     job = Job(check.args.train_dataset, "bert4rec", 0, overrides=overrides)
     options = RunOptions(output=check.work / "bert4rec", protocols=("full", "pop100"), profile="converge",
                          device=str(check.device), data_dir=check.args.data_dir, cache_dir=check.args.cache_dir,
@@ -302,8 +318,10 @@ def run_pieces(check: Check, clock: Clock) -> None:
                                 else {"skipped": f"{clock.left():.0f} s left"})
             check.record("ranking", ranking)
     if "bert4rec" not in skip:
-        log(f"bert4rec: ML-1m, converge profile, bf16, {clock.left():.0f} s left")
-        check.record("bert4rec", bert4rec_run(check, clock))
+        precision, why = faster_precision(check.summary["pieces"].get("speed") or {})
+        log(f"bert4rec: ML-1m, converge profile, {precision} ({why}), {clock.left():.0f} s left")
+        check.record("bert4rec", {"precision_chosen": precision, "why": why,
+                                  **bert4rec_run(check, clock, precision)})
 
 
 def main(argv=None) -> int:
