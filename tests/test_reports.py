@@ -248,7 +248,10 @@ def test_published_comparison_holds_each_row_against_the_published_row_at_its_se
     text = (fixture_report / "tables" / "published_comparison.md").read_text()
     assert "Sun et al." in text and "CIKM 2019" in text and "authors' GPU" in text
     published, source = load_published()
-    assert len(published) == 168 and "Table 5" in source and "Table 4" in source
+    assert len(published) == 312 and "Table 5" in source and "Table 4" in source
+    table2 = {(p.dataset, p.model, p.metric): p.value for p in published if p.table == "Table 2"}
+    assert len(table2) == 4 * 9 * 6  # every model of Table 2 on every dataset, six metrics each
+    assert table2[("beauty", "ncf", "NDCG@10")] == 0.1124 and table2[("steam", "gru4rec+", "HR@1")] == 0.0812
 
 
 def test_a_tuned_row_is_held_against_table_2_and_a_cloze_row_at_another_d_against_nothing(tmp_path):

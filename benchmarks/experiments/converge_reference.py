@@ -171,9 +171,7 @@ def reproduced_table(results: list[ResultSet], published: list) -> Table:
     notes = ["Ours: test metrics, mean ± std over the seeds (n), converge profile (models/fidelity.md), the "
              "precision each file records; paper: Sun et al. (2019), the row each of ours is held against "
              "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only; the others: Table 2); "
-             "–: no published value (LSTM and SASRec-CE are not in the paper); reports/published.csv carries "
-             "Table 2's Beauty rows for SASRec and BERT4Rec only (the baselines' Beauty values are not transcribed "
-             "yet). "
+             "–: no published value (LSTM and SASRec-CE are not in the paper; Table 5 gives NDCG@10 only). "
              "pop100: 100 negatives sampled by popularity, the paper's protocol; full: every item ranked. "
              "Best epoch per seed; training hours on 2 CPU cores, one thread per job. Converged: early stopping "
              "on validation NDCG@10 ended every seed."]
