@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from recbench.benchmarks.store import LEAVE_ONE_OUT, TUNING_STUDY, split_scheme
@@ -118,6 +118,15 @@ def row_settings(raw: dict) -> dict:
     if source.get("sha256"):  # a model from outside the suite: an edit of its source is a change of settings
         flat["model source sha256"] = source["sha256"][:12]
     return flat
+
+
+def settings_differing(raw: dict, config) -> list[str]:
+    """The model and trainer settings of the row ``raw`` that differ from those of ``config`` (a resolved
+    configuration); a setting the row predates is not counted."""
+    expected = {**asdict(config.model), **asdict(config.train)}
+    recorded = row_settings(raw)
+    return sorted(name for name, value in expected.items()
+                  if name in recorded and recorded[name] != (list(value) if isinstance(value, tuple) else value))
 
 
 def _difference(earlier: Row, newest: Row) -> ConfigChange | None:

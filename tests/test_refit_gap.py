@@ -64,7 +64,7 @@ def test_a_row_trained_with_other_settings_is_refused_in_one_line(finished, tmp_
                         "--protocol-results", str(finished / "results.jsonl"), "--cache-dir",
                         str(finished / "cache"), "--output", str(tmp_path)])
     message = str(error.value)
-    assert "differs from --profile smoke and --set in train_settings (lr)" in message and "\n" not in message
+    assert "differs from --profile smoke and --set in lr;" in message and "\n" not in message
     with pytest.raises(SystemExit, match="no ncf row of synthetic, seed 0, under pop100, full"):
         refit_gap.main(["--dataset", "synthetic", "--models", "ncf", "--protocol-results",
                         str(finished / "results.jsonl"), "--cache-dir", str(finished / "cache")])

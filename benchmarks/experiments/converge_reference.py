@@ -28,7 +28,6 @@ and checkpoints are not in it), so that a fresh clone adds seeds or models to th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -43,7 +42,7 @@ from recbench.reports import names
 from recbench.reports.figures import curve_figures
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, write_table
-from recbench.reports.results import ResultsError, ResultSet, load_results, row_settings
+from recbench.reports.results import ResultsError, ResultSet, load_results, settings_differing
 from recbench.reports.stats import summarize
 from recbench.reports.tables import label, published_anchor, value_cell
 
@@ -117,11 +116,8 @@ def settings_off_profile(row, dataset: str) -> list[str]:
     ``dataset`` (precision aside: a bf16 folder is refused on its own), such as a diagnosis run's ``--set``."""
     if not is_registered(row.model):  # a user's model has no profile settings of the suite's
         return []
-    config = resolve(row.model, dataset, "converge")
-    expected = {**dataclasses.asdict(config.model), **dataclasses.asdict(config.train)}
-    recorded = row_settings(row.raw)
-    return sorted(name for name, value in expected.items() if name in recorded and name != "precision"
-                  and recorded[name] != (list(value) if isinstance(value, tuple) else value))
+    return [name for name in settings_differing(row.raw, resolve(row.model, dataset, "converge"))
+            if name != "precision"]
 
 
 def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from recbench.benchmarks.worker import validation_users
 from recbench.datasets import load_dataset, resolve_cache_dir
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models import model_class
+from recbench.reports.results import settings_differing
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -61,11 +61,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def as_json(value) -> object:
-    """``value`` as a results row holds it (tuples become lists)."""
-    return json.loads(json.dumps(value))
-
-
 def finished_protocol_run(rows: list[dict], name: str, dataset: str, seed: int, profile: str, config,
                           protocols, source: str) -> dict:
     """The protocol run of ``name`` in ``rows`` (one row per protocol), refused in one line unless it was trained
@@ -77,17 +72,12 @@ def finished_protocol_run(rows: list[dict], name: str, dataset: str, seed: int, 
     if missing:
         raise SystemExit(f"{source}: no {name} row of {dataset}, seed {seed}, under {', '.join(missing)}; "
                          f"train it first or leave out --protocol-results")
-    expected = {"profile": profile, "hyperparameters": as_json(dataclasses.asdict(config.model)),
-                "train_settings": as_json(dataclasses.asdict(config.train))}
     for protocol in protocols:
         row = mine[protocol]
-        differing = [field for field, value in expected.items() if row.get(field) != value]
+        differing = (["profile"] if row["profile"] != profile else []) + settings_differing(row, config)
         if differing:
-            detail = sorted(key for key in expected["train_settings"]
-                            if (row.get("train_settings") or {}).get(key) != expected["train_settings"][key])
             raise SystemExit(f"{source}: the {name} row ({protocol}) differs from --profile {profile} and --set in "
-                             f"{', '.join(differing)}{' (' + ', '.join(detail) + ')' if detail else ''}; "
-                             f"pass the profile and --set values it ran with")
+                             f"{', '.join(differing)}; pass the profile and --set values it ran with")
     first = mine[protocols[0]]
     return {"epochs_run": first["epochs_run"], "best_epoch": first["best_epoch"],
             "train_seconds": round(first["train_seconds"], 1), "stopped_by": first["stopped_by"],
