@@ -197,6 +197,17 @@ class ResultStore:
             write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in [*kept, *rows]))
             self._rewrite_failures(lambda failure: failure["key"] != key)
 
+    def adopt(self, rows: list[dict], manifest: list[dict]) -> None:
+        """Fill a folder that holds no rows yet with rows written elsewhere (a reference file's) and the manifest
+        lines that say where they came from, appended under the lock: a run started in the folder beforehand keeps
+        its own lines and writes its rows after these. Refused (ValueError) where the folder already holds rows."""
+        with self._locked():
+            if read_results(self.path):
+                raise ValueError(f"{self.path} already holds results; adopting rows needs a folder without any")
+            write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in rows))
+            for entry in manifest:
+                self._append_manifest(entry)
+
     def record_failure(self, outcome) -> None:
         """Record the failed last attempt of a job (replacing an earlier failure of the same key)."""
         failure = {"key": outcome.key, "run_id": outcome.run_id, "error_type": outcome.error_type,

@@ -95,8 +95,67 @@ def test_a_restored_folder_gives_back_the_committed_reference_and_resume_skips_i
     assert after["invocations"] == before["invocations"]  # the restore's own manifest line is not an invocation
     store = ResultStore(folder)
     assert all(store.done(row["key"], ["full", "pop100"]) for row in before["rows"])
-    with pytest.raises(SystemExit, match=rf"converge-{dataset} already holds results.jsonl; --restore writes a new"):
+    with pytest.raises(SystemExit, match=rf"converge-{dataset} already holds results.jsonl; --restore fills a folder "):
         converge_reference.main(["--restore", str(committed), str(folder)])
+
+
+def test_a_restore_after_the_run_started_keeps_the_runs_manifest_and_its_later_rows(tmp_path):
+    """A fresh clone that launched ``run_all.py --resume`` before restoring: the run's own start line stays, the
+    restored invocations come back in time order, and the run's row, written after the restore, is kept."""
+    import json
+
+    from benchmarks.experiments import converge_reference
+    from recbench.benchmarks.store import ResultStore
+
+    committed = converge_reference.ROOT / "results" / "reference" / "converge-ml-1m.json"
+    before = json.loads(committed.read_text())
+    folder = tmp_path / "converge-ml-1m"
+    folder.mkdir()
+    late = dict(before["rows"][0], key="k-new", run_id="r-new", seed=7)
+    started = {"event": "start", "time": "2099-01-01T00:00:00+00:00", "command": ["run_all.py", "--resume"],
+               "commit": "c0ffee", "jobs": [{"key": "k-new", "run_id": "r-new", "action": "run"}]}
+    (folder / "manifest.jsonl").write_text(json.dumps(started) + "\n")
+    assert converge_reference.main(["--restore", str(committed), str(folder)]) == 0
+    assert json.loads((folder / "manifest.jsonl").read_text().splitlines()[0]) == started
+    ResultStore(folder).commit("k-new", [late], {})
+    found = converge_reference.invocations(folder, {row["key"] for row in before["rows"]} | {"k-new"})
+    assert found[:-1] == before["invocations"]
+    assert found[-1]["jobs"] == ["r-new"] and found[-1]["commit"] == "c0ffee"
+    assert len(ResultStore(folder).rows) == len(before["rows"]) + 1
+
+
+def test_the_table_keeps_every_dataset_with_a_reference_file_when_one_folder_is_rewritten(tmp_path):
+    import shutil
+
+    from benchmarks.experiments import converge_reference
+
+    reference = converge_reference.ROOT / "results" / "reference"
+    output = tmp_path / "reference"
+    output.mkdir()
+    for name in ("converge-beauty.json", "converge-ml-1m-caser-patience3.json"):  # the second is no dataset's file
+        shutil.copy(reference / name, output / name)
+    folder = tmp_path / "converge-ml-1m"
+    converge_reference.main(["--restore", str(reference / "converge-ml-1m.json"), str(folder)])
+    assert converge_reference.main([str(folder), "--output", str(output)]) == 0
+    table = converge_reference.table_lines((output / "converge" / "reproduced.md").read_text())
+    assert table == converge_reference.table_lines((reference / "converge" / "reproduced.md").read_text())
+    assert [line.split("|")[1].strip() for line in table[2:]].index("ML-1m") > 0  # the paper's order: Beauty first
+
+
+def test_the_readmes_table_is_the_reference_table_and_its_update_touches_nothing_else(tmp_path):
+    from benchmarks.experiments import converge_reference
+
+    reference = converge_reference.ROOT / "results" / "reference" / "converge" / "reproduced.md"
+    readme = converge_reference.ROOT / "README.md"
+    shown = converge_reference.table_lines(readme.read_text()[readme.read_text().index("## Reproduced here"):])
+    assert shown == converge_reference.table_lines(reference.read_text()), \
+        "README's Reproduced here table differs from the reference: run converge_reference on the results folders"
+    copy = tmp_path / "README.md"
+    copy.write_text("# T\n\n| a |\n|---|\n\n## Reproduced here\n\nSo far:\n\n| old |\n|-----|\n| 1 |\n\nAfter.\n")
+    (tmp_path / "new.md").write_text("**Title**\n\n| new |\n|-----|\n| 2 |\n| 3 |\n\nNotes.\n")
+    converge_reference.update_readme(copy, tmp_path / "new.md")
+    assert copy.read_text() == ("# T\n\n| a |\n|---|\n\n## Reproduced here\n\nSo far:\n\n"
+                                "| new |\n|-----|\n| 2 |\n| 3 |\n\nAfter.\n")
 
 
 def test_restoring_from_a_file_that_is_no_reference_is_one_line(tmp_path):

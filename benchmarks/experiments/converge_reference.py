@@ -4,23 +4,25 @@ commands that wrote them, as a table beside the paper and a figure of the Transf
     python -m benchmarks.experiments.converge_reference results/converge-ml-1m results/converge-beauty
 
 For each results folder (one dataset, ``--profile converge``) it writes ``results/reference/converge-<dataset>.json``:
-every invocation of ``manifest.jsonl`` that trained a job of the folder (time, command, commit), one summary per
-model over its seeds (test NDCG@10 and HR@10 under ``pop100`` and ``full``, mean and std; epochs, best epoch,
-training hours, precision, patience, why each seed stopped and where half its patience would have stopped it,
-read off its own curve: :func:`shorter_patience`) and the rows themselves, validation curves included. Across
-the folders it writes ``results/reference/converge/reproduced.{md,tex}``, the table README.md shows under
-"Reproduced here": our pop100 NDCG@10 and HR@10 beside the published row each is held against (the report's own
-rule, :func:`reports.tables.published_anchor`: Table 5's default row for BERT4Rec at d = 64, Table 2 otherwise)
-and their ratio, our full-ranking NDCG@10, and whether early stopping ended every seed (a run that a budget or a
-cap ended has not converged, and the table says so). ``converge/curves_<dataset>.png`` draws validation NDCG@10
-against epochs and training seconds for SASRec, SASRec-CE and BERT4Rec (the report's curve figure). A folder of
-bf16 rows, or of rows trained with settings other than the profile's (a diagnosis run's ``--set``), is refused in
-one line, so that it never overwrites the reference of the profile's own runs.
+every invocation of ``manifest.jsonl`` that trained a job of the folder (time, command, commit), one summary per model
+over its seeds (test NDCG@10 and HR@10 under ``pop100`` and ``full``, mean and std; epochs, best epoch, training
+hours, precision, patience, why each seed stopped and where half its patience would have stopped it, read off its own
+curve: :func:`shorter_patience`) and the rows themselves, validation curves included. From the folders, and the
+reference files of the datasets not given, it writes ``results/reference/converge/reproduced.{md,tex}`` and puts its
+table in README.md under "Reproduced here" (where it writes to ``results/reference``): our pop100 NDCG@10 and HR@10
+beside the published row each is held against (the report's own rule, :func:`reports.tables.published_anchor`: Table
+5's default row for BERT4Rec at d = 64, Table 2 otherwise) and their ratio, our full-ranking NDCG@10, and whether
+early stopping ended every seed (a run that a budget or a cap ended has not converged, and the table says so).
+``converge/curves_<dataset>.png`` draws validation NDCG@10 against epochs and training seconds for SASRec, SASRec-CE
+and BERT4Rec (the report's curve figure). A folder of bf16 rows, or of rows trained with settings other than the
+profile's (a diagnosis run's ``--set``), is refused in one line, so that it never overwrites the reference of the
+profile's own runs.
 
-The results folders are git-ignored and the reference files are what a clone has. ``--restore`` turns a reference
-file back into the folder it was written from (its rows and the manifest lines of its invocations; per-user files
-and checkpoints are not in it), so that a fresh clone adds seeds or models to the committed rows with ``run_all.py
-... --resume``, which skips the jobs already there, and this command then rewrites the reference with all of them:
+The results folders are git-ignored and the reference files are what a clone has. ``--restore`` turns a reference file
+back into the folder it was written from (its rows and the manifest lines of its invocations; per-user files and
+checkpoints are not in it), into an empty folder or one where a run has started without finishing a job, so that a
+fresh clone adds seeds or models to the committed rows with ``run_all.py ... --resume``, which skips the jobs already
+there, and this command then rewrites the reference with all of them:
 
     python -m benchmarks.experiments.converge_reference --restore results/reference/converge-ml-1m.json \\
         results/converge-ml-1m
@@ -30,12 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.store import now, write_atomic
+from recbench.benchmarks.store import ResultStore, now, write_atomic
 from recbench.benchmarks.trainer import improves, patience_spent
 from recbench.models import is_registered
 from recbench.reports import names
@@ -62,7 +65,7 @@ def invocations(folder: Path, keys: set[str]) -> list[dict]:
         if entry.get("event") == "start" and jobs:
             found.append({"time": entry["time"], "command": " ".join(["python", *entry["command"]]),
                           "commit": entry["commit"], "cwd": entry.get("cwd"), "jobs": jobs})
-    return found
+    return sorted(found, key=lambda run: run["time"])  # a restore appends earlier invocations after later ones
 
 
 def shorter_patience(curve: list[dict], metric: str, patience: int) -> dict | None:
@@ -178,11 +181,10 @@ def reproduced_table(results: list[ResultSet], published: list) -> Table:
 
 
 def restore(reference: Path, folder: Path) -> int:
-    """Write the results folder that ``reference`` (a file this module wrote) was made from: ``results.jsonl`` with its
-    rows as they are, ``manifest.jsonl`` with one start line per invocation (its time, command and commit) and a
-    line saying where they came from. Refused in one line where ``folder`` already holds results."""
-    if (folder / "results.jsonl").exists():
-        sys.exit(f"{folder} already holds results.jsonl; --restore writes a new folder, so pass an empty one")
+    """Fill ``folder`` with what ``reference`` (a file this module wrote) was made from: ``results.jsonl`` with its
+    rows as they are, and in ``manifest.jsonl`` one start line per invocation (its time, command and commit) and a
+    line saying where they came from. A run already started in the folder (``--resume`` launched before the restore)
+    keeps its manifest lines and adds its rows after these. Refused in one line where the folder holds rows."""
     try:
         written = json.loads(reference.read_text())
         rows, runs = written["rows"], written["invocations"]
@@ -195,11 +197,29 @@ def restore(reference: Path, folder: Path) -> int:
                  "jobs": [{"key": keys[run_id], "run_id": run_id, "action": "run"} for run_id in run["jobs"]]}
                 for run in runs]
     manifest.append({"event": "restore", "time": now(), "from": str(reference), "rows": len(rows)})
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / "manifest.jsonl", "".join(json.dumps(entry) + "\n" for entry in manifest))
-    write_atomic(folder / "results.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
-    print(f"restored: {folder} ({len(rows)} rows of {len(keys)} jobs from {reference})")
-    return 0
+    try:
+        ResultStore(folder).adopt(rows, manifest)
+    except ValueError:
+        sys.exit(f"{folder} already holds results.jsonl; --restore fills a folder without rows, so pass an empty one "
+                 f"(or one whose run has not finished a job yet)")
+    return len(rows)
+
+
+def table_lines(markdown: str) -> list[str]:
+    """The lines of the first Markdown table in ``markdown`` (the block of lines that start with ``|``)."""
+    lines = markdown.splitlines()
+    start = next(number for number, line in enumerate(lines) if line.startswith("|"))
+    end = next((number for number in range(start, len(lines)) if not lines[number].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def update_readme(readme: Path, table_md: Path) -> None:
+    """Put the table of ``table_md`` in place of the one under README.md's "Reproduced here" heading, so that the
+    README never shows rows other than the reference files'."""
+    text = readme.read_text()
+    heading = text.index("\n## Reproduced here\n")
+    old = "\n".join(table_lines(text[heading:]))
+    write_atomic(readme, text[:heading] + text[heading:].replace(old, "\n".join(table_lines(table_md.read_text())), 1))
 
 
 def main(argv=None) -> int:
@@ -212,7 +232,9 @@ def main(argv=None) -> int:
     if args.restore is not None:
         if len(args.folders) != 1:
             parser.error("--restore writes one folder: pass exactly one")
-        return restore(args.restore, args.folders[0])
+        rows = restore(args.restore, args.folders[0])
+        print(f"restored: {args.folders[0]} ({rows} rows from {args.restore})")
+        return 0
     published, _ = load_published()
     loaded = []
     for folder in args.folders:
@@ -247,8 +269,22 @@ def main(argv=None) -> int:
         transformers = ResultSet(result.folder, result.select(model=TRANSFORMERS), result.config)
         for figure in curve_figures(transformers, args.output / "converge").figures:
             print(f"written: {', '.join(map(str, figure.paths))}")
-    md, tex = write_table(reproduced_table(loaded, published), args.output / "converge")
-    print(f"written: {md}, {tex}")
+    # the table covers every dataset with a reference file, not only the folders given
+    given = {next(iter(result.values("dataset"))) for result in loaded}
+    others = [path for path in sorted(args.output.glob("converge-*.json"))
+              if path.stem.removeprefix("converge-") in names.DATASETS
+              and path.stem.removeprefix("converge-") not in given]
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in others:
+            restore(path, Path(scratch) / path.stem)
+            loaded.append(load_results(Path(scratch) / path.stem))
+        order = names.order_datasets(given | {path.stem.removeprefix("converge-") for path in others})
+        loaded.sort(key=lambda result: order.index(next(iter(result.values("dataset")))))
+        md, tex = write_table(reproduced_table(loaded, published), args.output / "converge")
+    print(f"written: {md}, {tex}" + (f" (with {', '.join(path.name for path in others)})" if others else ""))
+    if args.output.resolve() == (ROOT / "results" / "reference").resolve():
+        update_readme(ROOT / "README.md", md)
+        print(f"written: {ROOT / 'README.md'} (its Reproduced here table)")
     return 0
 
 
