@@ -1,0 +1,173 @@
+"""BERT4Rec on ML-1m under the converge profile, one setting changed at a time: which of the settings in which the
+published replications differ from the authors' configuration closes the gap to Table 5 (models/fidelity.md,
+"BERT4Rec"), and whether bf16 trains as well as fp32 on the same device.
+
+    python -m benchmarks.experiments.bert4rec_probes --data-dir DATA --out DIR --device cuda --budget-s 450
+
+Every probe is one ``run_all.py --profile converge`` of its own, in ``DIR/<probe>``, all of them at once (on a GPU
+they share the device; on a CPU give each ``--threads``), each job stopped by early stopping or by ``--budget-s`` of
+training, whichever comes first; a row records which. The probes (:data:`PROBES`):
+
+- ``fp32`` and ``bf16``, seeds 0 and 1: the profile as it is, in each precision on the same device, for
+  ``python -m benchmarks.experiments.precision_quality DIR/fp32 DIR/bf16``;
+- ``dropout-0.1``, ``cloze-only``, ``positions-end``, ``no-overlap``, ``no-weight-decay``: the five settings of
+  Klenitskiy & Vasilev's replication, which run together reached full NDCG@10 .1589 against the profile's .1445
+  (``results/reference/bert4rec-probes-ml-1m.json``), one at a time;
+- ``linear-decay``: the authors' learning rate decaying linearly to 0, with the horizon at 20,000 steps (the
+  profile's seed 0 stopped at 19,964), instead of the profile's constant rate;
+- ``copies-10``: the authors' ten Cloze copies of every window an epoch (masks still fresh), the patience shortened
+  to 2 epochs so that it spans about as many steps as the profile's 20.
+
+Afterwards ``DIR/probes.json`` holds, per probe and seed, what was changed, how the run ended (epochs, best epoch,
+steps, seconds) and its test NDCG@10 and HR@10 under pop100 and full ranking, with the device, commit and command;
+``DIR/probes.tar.gz`` holds each folder's ``results.jsonl``, ``manifest.jsonl`` and log (a device returns a limited
+number of files). ``--dry-run`` checks every probe's settings against the profile and prints the commands;
+``--dataset synthetic --device cpu --budget-s 2`` rehearses the whole of it in a minute.
+
+On a lent GPU (the device tool), with ``ml-1m_seq_full.txt.gz`` copied into the checkout's git-ignored ``.cache/gpu``
+and that folder carried, one call of about 9 minutes::
+
+    pip install -q --no-index --no-deps --no-build-isolation -e . && python -m benchmarks.experiments.bert4rec_probes \
+        --data-dir .cache/gpu --out $OUT/probes --budget-s 420
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from recbench.benchmarks.config import ConfigError, resolve
+from recbench.benchmarks.provenance import git_commit
+from recbench.benchmarks.store import now, write_atomic
+from recbench.reports.results import ResultsError, load_results
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOLS = ("pop100", "full")
+METRICS = ("NDCG@10", "HR@10")
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    what: str
+    settings: tuple[str, ...]  # --set values, each prefixed with the model so that a misspelt field is refused
+    seeds: tuple[int, ...] = (0,)
+
+
+PROBES = (
+    Probe("fp32", "the converge profile as it is, fp32", (), (0, 1)),
+    Probe("bf16", "the converge profile under bf16 autocast", ("bert4rec:precision=\"bf16\"",), (0, 1)),
+    Probe("dropout-0.1", "dropout and attention dropout 0.1 (authors 0.2)",
+          ("bert4rec:dropout=0.1", "bert4rec:attention_dropout=0.1")),
+    Probe("cloze-only", "Cloze masks only, no copy with the last item masked", ("bert4rec:mask_last=false",)),
+    Probe("positions-end", "positions counted from the window's end", ("bert4rec:positions=\"end\"",)),
+    Probe("no-overlap", "windows that do not overlap (authors: half-overlapping)", ("bert4rec:window_step=1.0",)),
+    Probe("no-weight-decay", "AdamW without weight decay (authors 0.01)", ("bert4rec:weight_decay=0.0",)),
+    Probe("linear-decay", "learning rate decaying linearly to 0 at step 20,000 after the warm-up",
+          ("bert4rec:decay=\"linear\"", "bert4rec:max_steps=20000")),
+    Probe("copies-10", "ten Cloze copies of every window an epoch, patience 2 epochs",
+          ("bert4rec:dupe_factor=10", "bert4rec:patience=2")),
+)
+
+
+def changed(probe: Probe, dataset: str) -> dict:
+    """The settings ``probe`` changes, each with the profile's value and the probe's; refuses (ConfigError) a setting
+    that does not exist or that leaves the profile's value as it is."""
+    def flat(overrides) -> dict:
+        resolved = resolve("bert4rec", dataset, "converge", overrides).as_dict()
+        return {name: value for group in resolved.values() for name, value in group.items()}
+
+    profile, probed = flat([]), flat(list(probe.settings))
+    differing = {name: {"profile": profile[name], "probe": value} for name, value in probed.items()
+                 if profile[name] != value}
+    if len(differing) < len(probe.settings) - (probe.name == "fp32"):
+        raise ConfigError(f"probe {probe.name}: {', '.join(probe.settings)} leave(s) a profile value unchanged")
+    return differing
+
+
+def command(probe: Probe, args) -> list[str]:
+    return [sys.executable, str(ROOT / "run_all.py"), "--datasets", args.dataset, "--models", "bert4rec", "--profile",
+            "converge", "--seeds", *map(str, probe.seeds), "--jobs", str(len(probe.seeds)), "--device", args.device,
+            "--threads", str(args.threads), *(["--data-dir", str(args.data_dir)] if args.data_dir else []),
+            "--cache-dir", str(args.out / "cache" / probe.name), "--output", str(args.out / probe.name), "--resume",
+            "--no-report", "--quiet", "--set", f"time_budget_s={args.budget_s}",
+            *[part for setting in probe.settings for part in ("--set", setting)]]
+
+
+def readout(probe: Probe, folder: Path) -> list[dict]:
+    """One entry per seed the folder holds: how the run ended and its test metrics."""
+    try:
+        result = load_results(folder)
+    except ResultsError as error:
+        return [{"error": str(error)}]
+    entries = []
+    for seed in sorted(result.values("seed")):
+        rows = {row.protocol: row for row in result.select(seed=seed)}
+        full = rows.get("full") or next(iter(rows.values()))
+        entry = {"seed": seed, **{name: full.get(name) for name in (
+            "precision", "stopped_by", "epochs_run", "best_epoch", "steps_run", "train_seconds", "device")}}
+        for protocol in PROTOCOLS:
+            for metric in METRICS:
+                row = rows.get(protocol)
+                entry[f"{protocol} {metric}"] = None if row is None else row.get("metrics", {}).get(metric)
+        entries.append(entry)
+    return entries
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, help="the folder with ml-1m_seq_full.txt.gz")
+    parser.add_argument("--dataset", default="ml-1m", help="ml-1m, where the questions are; synthetic rehearses")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--budget-s", type=int, default=450, help="training seconds per job at most")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per job")
+    parser.add_argument("--only", nargs="+", choices=[probe.name for probe in PROBES], metavar="PROBE")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    probes = [probe for probe in PROBES if not args.only or probe.name in args.only]
+    try:
+        settings = {probe.name: changed(probe, args.dataset) for probe in probes}
+    except ConfigError as error:
+        sys.exit(str(error))
+    commands = {probe.name: command(probe, args) for probe in probes}
+    if args.dry_run:
+        for probe in probes:
+            print(f"{probe.name}: {settings[probe.name] or 'the profile'}\n  {' '.join(commands[probe.name][1:])}")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    running = {}
+    for probe in probes:
+        log = open(args.out / f"{probe.name}.log", "w")
+        running[probe.name] = (subprocess.Popen(commands[probe.name], stdout=log, stderr=subprocess.STDOUT,
+                                                cwd=ROOT), log)
+    print(f"{len(running)} probes started, each job stopped by early stopping or {args.budget_s} s of training")
+    exits = {}
+    for name, (process, log) in running.items():
+        exits[name] = process.wait()
+        log.close()
+        print(f"{name}: exit {exits[name]}")
+    loadavg = Path("/proc/loadavg")
+    report = {"what": " ".join(__doc__.split("\n\n")[0].split()), "dataset": args.dataset, "profile": "converge",
+              "time": now(), "commit": git_commit(), "device": args.device, "budget_s": args.budget_s,
+              "loadavg_after": loadavg.read_text().split()[:3] if loadavg.exists() else None,
+              "probes": [{"name": probe.name, "what": probe.what, "changed": settings[probe.name],
+                          "command": " ".join(["python", *commands[probe.name][1:]]), "exit": exits[probe.name],
+                          "seeds": readout(probe, args.out / probe.name)} for probe in probes]}
+    write_atomic(args.out / "probes.json", json.dumps(report, indent=1) + "\n")
+    with tarfile.open(args.out / "probes.tar.gz", "w:gz") as archive:
+        for probe in probes:
+            for name in ("results.jsonl", "manifest.jsonl"):
+                if (args.out / probe.name / name).exists():
+                    archive.add(args.out / probe.name / name, arcname=f"{probe.name}/{name}")
+            archive.add(args.out / f"{probe.name}.log", arcname=f"{probe.name}.log")
+    print(f"written: {args.out / 'probes.json'}, {args.out / 'probes.tar.gz'}")
+    return 0 if not any(exits.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
