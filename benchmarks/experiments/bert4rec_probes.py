@@ -81,12 +81,12 @@ def changed(probe: Probe, dataset: str) -> dict:
         resolved = resolve("bert4rec", dataset, "converge", overrides).as_dict()
         return {name: value for group in resolved.values() for name, value in group.items()}
 
-    profile, probed = flat([]), flat(list(probe.settings))
-    differing = {name: {"profile": profile[name], "probe": value} for name, value in probed.items()
-                 if profile[name] != value}
-    if len(differing) < len(probe.settings) - (probe.name == "fp32"):
-        raise ConfigError(f"probe {probe.name}: {', '.join(probe.settings)} leave(s) a profile value unchanged")
-    return differing
+    profile = flat([])
+    for setting in probe.settings:
+        if flat([setting]) == profile:
+            raise ConfigError(f"probe {probe.name}: {setting} leaves the profile's value as it is")
+    return {name: {"profile": profile[name], "probe": value} for name, value in flat(list(probe.settings)).items()
+            if profile[name] != value}
 
 
 def command(probe: Probe, args) -> list[str]:
