@@ -236,7 +236,7 @@ def main(argv=None) -> int:
         print(f"restored: {args.folders[0]} ({rows} rows from {args.restore})")
         return 0
     published, _ = load_published()
-    loaded = []
+    loaded = {}  # dataset: its results
     for folder in args.folders:
         try:
             result = load_results(folder)
@@ -265,23 +265,21 @@ def main(argv=None) -> int:
             "invocations": invocations(folder, keys), "summary": summaries,
             "rows": [row.raw for row in result.rows]}, indent=1) + "\n")
         print(f"written: {args.output / f'converge-{dataset}.json'} ({len(summaries)} models)")
-        loaded.append(result)
+        loaded[dataset] = result
         transformers = ResultSet(result.folder, result.select(model=TRANSFORMERS), result.config)
         for figure in curve_figures(transformers, args.output / "converge").figures:
             print(f"written: {', '.join(map(str, figure.paths))}")
     # the table covers every dataset with a reference file, not only the folders given
-    given = {next(iter(result.values("dataset"))) for result in loaded}
-    others = [path for path in sorted(args.output.glob("converge-*.json"))
-              if path.stem.removeprefix("converge-") in names.DATASETS
-              and path.stem.removeprefix("converge-") not in given]
+    references = {path.stem.removeprefix("converge-"): path for path in sorted(args.output.glob("converge-*.json"))}
+    others = {dataset: path for dataset, path in references.items()
+              if dataset in names.DATASETS and dataset not in loaded}
     with tempfile.TemporaryDirectory() as scratch:
-        for path in others:
+        for dataset, path in others.items():
             restore(path, Path(scratch) / path.stem)
-            loaded.append(load_results(Path(scratch) / path.stem))
-        order = names.order_datasets(given | {path.stem.removeprefix("converge-") for path in others})
-        loaded.sort(key=lambda result: order.index(next(iter(result.values("dataset")))))
-        md, tex = write_table(reproduced_table(loaded, published), args.output / "converge")
-    print(f"written: {md}, {tex}" + (f" (with {', '.join(path.name for path in others)})" if others else ""))
+            loaded[dataset] = load_results(Path(scratch) / path.stem)
+        ordered = [loaded[dataset] for dataset in names.order_datasets(loaded)]
+        md, tex = write_table(reproduced_table(ordered, published), args.output / "converge")
+    print(f"written: {md}, {tex}" + (f" (with {', '.join(path.name for path in others.values())})" if others else ""))
     if args.output.resolve() == (ROOT / "results" / "reference").resolve():
         update_readme(ROOT / "README.md", md)
         print(f"written: {ROOT / 'README.md'} (its Reproduced here table)")
