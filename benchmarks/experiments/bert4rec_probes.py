@@ -44,6 +44,7 @@ from recbench.benchmarks.config import ConfigError, resolve
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.store import now, write_atomic
 from recbench.reports.results import ResultsError, load_results
+from recbench.reports.stats import measure
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = ("pop100", "full")
@@ -112,8 +113,7 @@ def readout(probe: Probe, folder: Path) -> list[dict]:
             "precision", "stopped_by", "epochs_run", "best_epoch", "steps_run", "train_seconds", "device")}}
         for protocol in PROTOCOLS:
             for metric in METRICS:
-                row = rows.get(protocol)
-                entry[f"{protocol} {metric}"] = None if row is None else row.get("metrics", {}).get(metric)
+                entry[f"{protocol} {metric}"] = measure(rows[protocol], metric) if protocol in rows else None
         entries.append(entry)
     return entries
 
