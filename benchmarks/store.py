@@ -200,10 +200,11 @@ class ResultStore:
     def adopt(self, rows: list[dict], manifest: list[dict]) -> None:
         """Fill a folder that holds no rows yet with rows written elsewhere (a reference file's) and the manifest
         lines that say where they came from, appended under the lock: a run started in the folder beforehand keeps
-        its own lines and writes its rows after these. Refused (ValueError) where the folder already holds rows."""
+        its own lines and writes its rows after these. Refused (FileExistsError) where the folder already holds rows;
+        a ``results.jsonl`` that is not JSON Lines is the ValueError of ``read_results``."""
         with self._locked():
             if read_results(self.path):
-                raise ValueError(f"{self.path} already holds results; adopting rows needs a folder without any")
+                raise FileExistsError(f"{self.path} already holds results; adopting rows needs a folder without any")
             write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in rows))
             for entry in manifest:
                 self._append_manifest(entry)

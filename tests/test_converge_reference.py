@@ -166,3 +166,16 @@ def test_restoring_from_a_file_that_is_no_reference_is_one_line(tmp_path):
                                          r"'invocations'\); pass results/reference/converge-<dataset>.json"):
         converge_reference.main(["--restore", str(tmp_path / "other.json"), str(tmp_path / "folder")])
     assert not (tmp_path / "folder").exists()
+
+
+def test_restoring_into_a_folder_whose_results_are_not_json_names_the_line_to_fix(tmp_path):
+    from benchmarks.experiments import converge_reference
+
+    committed = converge_reference.ROOT / "results" / "reference" / "converge-ml-1m.json"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text('{"model": "pop"}\n{"model": "sasr\n')  # a write cut short by hand
+    with pytest.raises(SystemExit, match=r"folder/results.jsonl, line 2: not valid JSON \(.*\); fix or delete that "
+                                         r"line"):
+        converge_reference.main(["--restore", str(committed), str(folder)])
+    assert (folder / "results.jsonl").read_text().count("\n") == 2  # nothing written over it

@@ -199,7 +199,9 @@ def restore(reference: Path, folder: Path) -> int:
     manifest.append({"event": "restore", "time": now(), "from": str(reference), "rows": len(rows)})
     try:
         ResultStore(folder).adopt(rows, manifest)
-    except ValueError:
+    except ValueError as error:  # its results.jsonl is not JSON Lines: the line to fix
+        sys.exit(str(error))
+    except FileExistsError:
         sys.exit(f"{folder} already holds results.jsonl; --restore fills a folder without rows, so pass an empty one "
                  f"(or one whose run has not finished a job yet)")
     return len(rows)
