@@ -316,9 +316,9 @@ def test_a_file_named_like_a_converge_reference_that_is_none_is_one_clear_error(
         reference_stops(tmp_path)
 
 
-def test_the_committed_reference_runs_read_as_the_plans_read_them():
-    # every converge-*.json of results/reference must be a converge reference, or every plan and study refuses to
-    # start (a bf16 rows file named converge-ml-1m-bf16-... once did that); and the converged runs give their stops
+def test_the_committed_reference_runs_read_as_a_studys_time_estimate_reads_them():
+    # every converge-*.json of results/reference must be a converge reference, or every study refuses to start (a
+    # bf16 rows file named converge-ml-1m-bf16-... once did that); and the converged runs give their stops
     stops = reference_stops()
     assert {("ml-1m", "sasrec", "converge", 10), ("beauty", "sasrec", "converge", 10)} <= stops.keys()
     assert all(dataset in names.DATASETS and epochs > 0 for (dataset, *_), (epochs, _) in stops.items())
