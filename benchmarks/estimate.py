@@ -84,13 +84,25 @@ def planned_steps(train, n_examples: int) -> tuple[int, bool]:
     return steps, train.patience is None or train.patience >= validations
 
 
+def reference_path(folder: Path, dataset: str) -> Path:
+    """The converge reference file of ``dataset`` in ``folder``. The one place that names these files: the
+    reproduction writes them (``benchmarks/experiments/converge_reference.py``) and the plans read every one."""
+    return Path(folder) / f"converge-{dataset}.json"
+
+
+def reference_paths(folder: Path = REFERENCE) -> dict[str, Path]:
+    """{dataset: path} of every converge reference file in ``folder`` (see :func:`reference_path`)."""
+    return {path.stem.removeprefix("converge-"): path
+            for path in sorted(Path(folder).glob(reference_path("", "*").name))}
+
+
 def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int], tuple[int, str]]:
     """{(dataset, model, profile, patience): (epochs, source)} of the converged reference runs in ``folder``
     (``converge-<dataset>.json``, written by ``benchmarks/experiments/converge_reference.py``): the latest epoch at
     which early stopping ended one of a model's seeds with that patience (a longer patience stops later). Models
     some seed of which did not stop early are left out."""
     stops = {}
-    for path in sorted(Path(folder).glob("converge-*.json")):
+    for path in reference_paths(folder).values():
         reference = json.loads(path.read_text())
         if not isinstance(reference, dict) or not {"dataset", "profile", "summary"} <= reference.keys():
             raise ValueError(f"{path}: not a converge reference (it lacks dataset, profile or summary), and the plans "

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.estimate import reference_path, reference_paths
 from recbench.benchmarks.store import ResultStore, now, write_atomic
 from recbench.benchmarks.trainer import improves, patience_spent
 from recbench.models import is_registered
@@ -261,19 +262,18 @@ def main(argv=None) -> int:
         keys = {row.get("key") for row in result.rows}
         summaries = [model_summary(result.select(model=model, study="main"))
                      for model in names.order_models(result.values("model"))]
-        write_atomic(args.output / f"converge-{dataset}.json", json.dumps({
+        write_atomic(reference_path(args.output, dataset), json.dumps({
             "dataset": dataset, "profile": "converge", "folder": str(folder),
             "command": f"python -m benchmarks.experiments.converge_reference {' '.join(map(str, args.folders))}",
             "invocations": invocations(folder, keys), "summary": summaries,
             "rows": [row.raw for row in result.rows]}, indent=1) + "\n")
-        print(f"written: {args.output / f'converge-{dataset}.json'} ({len(summaries)} models)")
+        print(f"written: {reference_path(args.output, dataset)} ({len(summaries)} models)")
         loaded[dataset] = result
         transformers = ResultSet(result.folder, result.select(model=TRANSFORMERS), result.config)
         for figure in curve_figures(transformers, args.output / "converge").figures:
             print(f"written: {', '.join(map(str, figure.paths))}")
     # the table covers every dataset with a reference file, not only the folders given
-    references = {path.stem.removeprefix("converge-"): path for path in sorted(args.output.glob("converge-*.json"))}
-    others = {dataset: path for dataset, path in references.items()
+    others = {dataset: path for dataset, path in reference_paths(args.output).items()
               if dataset in names.DATASETS and dataset not in loaded}
     with tempfile.TemporaryDirectory() as scratch:
         for dataset, path in others.items():
