@@ -65,8 +65,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE",
                         help="override a hyper-parameter or trainer setting, e.g. --set hidden=128 "
                              "--set sasrec:max_epochs=50 (repeatable)")
+    parser.add_argument("--estimate", action="store_true",
+                        help="with --dry-run: time a few training steps of each job's model on its data, on this "
+                             "machine, and print the training each job has left (with --resume: none for a job "
+                             "that is done, the rest for one a checkpoint holds) and the total")
     add_run_options(parser)
     args = parser.parse_args(argv)
+    if args.estimate and not args.dry_run:
+        parser.error("--estimate prints a plan's training times: add --dry-run")
 
     def check(kind: str, given, valid) -> None:
         for name in given:
@@ -133,7 +139,7 @@ def main(argv=None) -> int:
               f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols}, split {args.split} "
               f"-> {output}/")
         options = run_options(args, protocols=args.protocols, profile=args.profile, output=output, logs=args.logs)
-        return run_grid(args, jobs, options, table=table)
+        return run_grid(args, jobs, options, table=table, estimate=args.estimate)
 
     return guard(run, args.debug)
 

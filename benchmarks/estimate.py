@@ -19,12 +19,12 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from recbench.benchmarks.trainer import fused_adam, resolve_device, trains_in_bf16
+from recbench.benchmarks.trainer import TrainState, fused_adam, resolve_device, trains_in_bf16
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 
@@ -52,6 +52,20 @@ class Estimate:
         """The expected seconds where known, else the figure itself (exact, capped or an upper bound)."""
         return self.seconds if self.expected is None else self.expected
 
+    def after(self, state: TrainState) -> Estimate:
+        """What is left of this estimate for a job an interrupted run left at ``state`` (its checkpoint's): the
+        steps not trained yet (none once its training has ended), the budget not spent yet."""
+        if self.seconds is None:
+            return self
+        if state.stopped_by is not None:
+            return replace(self, seconds=0.0, steps=0, exact=True, budget=None, expected=None, expected_from="")
+        steps = max(0, self.steps - state.step)
+        if self.budget is not None:
+            return replace(self, seconds=max(0.0, self.budget - state.train_seconds), steps=steps,
+                           budget=max(0.0, self.budget - state.train_seconds))
+        expected = None if self.expected is None else max(0.0, self.expected - state.step * self.per_step)
+        return replace(self, seconds=steps * self.per_step, steps=steps, expected=expected)
+
     def describe(self) -> str:
         if self.seconds is None:
             return "no training"
@@ -72,6 +86,34 @@ def duration(seconds: float) -> str:
         if seconds >= 2 * size if unit == "days" else seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+def at_once(seconds: list[float], n_jobs: int) -> float:
+    """Wall time of jobs of ``seconds`` each, ``n_jobs`` at a time: their sum shared out, but never less than the
+    longest of them (each timed alone on its share of the cores, so concurrent jobs' contention is not in it)."""
+    return max(sum(seconds) / n_jobs, max(seconds, default=0.0))
+
+
+def total_lines(estimates: dict, n_jobs: int = 1) -> list[str]:
+    """A plan's closing lines: the training of all ``estimates`` one job after another, and with ``n_jobs`` above
+    1 also with that many jobs at once; the expected figure beside the cap where a converged reference run gave
+    some job one."""
+    capped = [estimate.seconds or 0.0 for estimate in estimates.values()]
+    if not any(estimate.expected is not None for estimate in estimates.values()):
+        lines = [f"estimated training in all: {duration(sum(capped))} one job after another (validation not "
+                 f"included; an early-stopped job's figure is an upper bound)"]
+        if n_jobs > 1:
+            lines.append(f"with {n_jobs} jobs at once: {duration(at_once(capped, n_jobs))}, each job timed alone on "
+                         f"its share of the cores")
+        return lines
+    likely = [estimate.likely or 0.0 for estimate in estimates.values()]
+    lines = [f"estimated training in all: ≈ {duration(sum(likely))} one job after another if each early-stopped job "
+             f"stops where its converged reference run did (the others at their figure); ≤ {duration(sum(capped))} "
+             f"if every job runs to its cap (validation not included)"]
+    if n_jobs > 1:
+        lines.append(f"with {n_jobs} jobs at once: ≈ {duration(at_once(likely, n_jobs))} (≤ "
+                     f"{duration(at_once(capped, n_jobs))}), each job timed alone on its share of the cores")
+    return lines
 
 
 def planned_steps(train, n_examples: int) -> tuple[int, bool]:

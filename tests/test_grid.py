@@ -114,6 +114,13 @@ def test_a_rerun_without_resume_refuses_to_discard_an_interrupted_job_and_the_pl
     assert code == 0 and f"refused without --resume (its checkpoint: {where}" in out
     code, out, _ = run([*argv, "--dry-run", "--resume"], tmp_path, capsys)
     assert code == 0 and f"resume from {where}" in out and "skip (done)" in out
+    # the plan's time estimate: the steps the job has left, none for the finished POP
+    code, out, _ = run([*argv, "--dry-run", "--resume", "--estimate"], tmp_path, capsys)
+    (left,) = re.findall(r"estimated training left: .*?([\d,]+) steps ×", out)
+    assert code == 0 and "estimated training: " not in out and "estimated training in all: " in out
+    code, out, _ = run([*argv, "--dry-run", "--estimate"], tmp_path, capsys)  # without --resume it starts afresh
+    (planned,) = re.findall(r"estimated training: .*?([\d,]+) steps ×", out)
+    assert int(planned) == 2 * state["step"] and int(left) == int(planned) - state["step"]
     assert run([*argv, "--resume"], tmp_path, capsys)[0] == 0  # the interrupted job continues from epoch 2
     assert {row["resumed_from_epoch"] for row in rows(tmp_path) if row["model"] == "sasrec"} == {2}
 
@@ -309,6 +316,9 @@ def test_dry_run_prints_jobs_with_settings_and_keys_and_runs_nothing(tmp_path, c
     assert code == 0 and out.count(" key ") == 4 and "model: max_len=" in out and "train: optimizer=" in out
     assert "train: (no training)" in out  # POP
     assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit):  # the time estimate belongs to a plan, not to a run it would slow down
+        run(["--models", "pop", "--estimate"], tmp_path, capsys)
+    assert "--estimate prints a plan's training times: add --dry-run" in capsys.readouterr().err
 
 
 def test_every_invocation_accumulates_in_the_manifest_and_config(tmp_path, capsys):

@@ -10,7 +10,6 @@ from torch import nn
 from recbench.benchmarks.commands.studies import (
     ABLATIONS,
     ablation_jobs,
-    at_once,
     build_jobs,
     cloze_jobs,
     main,
@@ -23,6 +22,7 @@ from recbench.benchmarks.commands.studies import (
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.estimate import (
     Estimate,
+    at_once,
     duration,
     estimate_jobs,
     planned_steps,
@@ -32,7 +32,7 @@ from recbench.benchmarks.estimate import (
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
-from recbench.benchmarks.trainer import TrainSettings
+from recbench.benchmarks.trainer import TrainSettings, TrainState
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class
@@ -247,6 +247,17 @@ def test_planned_steps_are_exact_without_early_stopping_and_an_upper_bound_with_
     assert duration(30) == "30 s" and duration(7200) == "2.0 h" and duration(86400 * 11.6) == "11.6 days"
     assert Estimate(3600.0, 1000, 3.6, exact=True).describe() == "≈ 1.0 h: 1,000 steps × 3.6 s (runs every step)"
     assert Estimate(None).describe() == "no training"
+
+
+def test_a_resumed_jobs_estimate_is_what_its_checkpoint_has_not_trained_yet():
+    early = Estimate(200.0, 100, 2.0, exact=False, expected=60.0, expected_from="a run")  # expected: 30 steps
+    left = early.after(TrainState(epoch=2, step=20, train_seconds=41.0))
+    assert (left.steps, left.seconds, left.expected) == (80, 160.0, 20.0)
+    assert early.after(TrainState(step=45)).expected == 0.0  # past where the reference stopped: only the bound
+    assert early.after(TrainState(step=45, stopped_by="early stopping")).seconds == 0.0  # only its test pass left
+    capped = Estimate(50.0, 100, 2.0, exact=False, budget=50.0)
+    assert capped.after(TrainState(step=10, train_seconds=30.0)).seconds == 20.0  # the budget's rest
+    assert Estimate(None).after(TrainState(step=5)).seconds is None
 
 
 def test_estimates_time_real_steps_and_the_plan_states_them(tmp_path):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from recbench.benchmarks.estimate import estimate_jobs, reference_stops, total_lines
 from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
@@ -89,15 +90,17 @@ def split_spec(args: argparse.Namespace) -> SplitSpec:
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
-             plan: tuple | None = None, twins: dict | None = None) -> int:
-    """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them), then write ``table.md`` (``table(rows)``
-    gives it) and the report; returns the exit code. ``plan``: what :func:`plan_grid` returned, when the caller
-    has planned the jobs already; ``twins``: the study jobs a ``--reuse`` folder holds
-    (:func:`benchmarks.grid.reusable_twins`)."""
+             plan: tuple | None = None, twins: dict | None = None, estimate: bool = False) -> int:
+    """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them, with ``estimate`` each job's training
+    time left), then write ``table.md`` (``table(rows)`` gives it) and the report; returns the exit code.
+    ``plan``: what :func:`plan_grid` returned, when the caller has planned the jobs already; ``twins``: the study
+    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`)."""
     try:
         if args.dry_run:
-            planned, _ = plan or plan_grid(jobs, options)
-            print_plan(planned, ResultStore(options.output), options.resume, twins)
+            planned, datasets = plan or plan_grid(jobs, options)
+            store = ResultStore(options.output)
+            estimates = training_left(planned, datasets, store, args, options.resume, twins) if estimate else None
+            print_plan(planned, store, options.resume, twins, estimates, args.jobs)
             return 0
         result = run_jobs(jobs, options, plan=plan, twins=twins)
     except GridInterrupted:
@@ -129,10 +132,28 @@ def _finish(args: argparse.Namespace, result, options: RunOptions, table: Callab
     return 0
 
 
-def print_plan(planned: list, store: ResultStore, resume: bool, twins: dict | None = None) -> None:
+def training_left(planned: list, datasets: dict, store: ResultStore, args: argparse.Namespace, resume: bool,
+                  twins: dict | None = None) -> dict:
+    """{job key: :class:`benchmarks.estimate.Estimate`} of the training the ``planned`` jobs have left on this
+    machine, with the device, threads and jobs at once of ``args``: none for the jobs that are done (with
+    ``resume``) or reused from ``twins``, the steps not trained yet for those an earlier run left in a
+    checkpoint, all of them for the rest."""
+    pending = [job for job in planned
+               if job.key not in (twins or {}) and not (resume and store.done(job.key, job.protocols))]
+    if not pending:
+        return {}
+    estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
+                              stops=reference_stops())
+    states = interrupted(pending, store) if resume else {}
+    return {key: estimate.after(states[key]) if key in states else estimate for key, estimate in estimates.items()}
+
+
+def print_plan(planned: list, store: ResultStore, resume: bool, twins: dict | None = None,
+               estimates: dict | None = None, n_jobs: int = 1) -> None:
     """``--dry-run``: every job with its key, what would happen to it (with ``resume``: skipped when done,
-    resumed from its checkpoint and where it stands; reused where ``twins`` has its rows), and every resolved
-    setting."""
+    resumed from its checkpoint and where it stands; reused where ``twins`` has its rows), every resolved
+    setting, and the training it has left where ``estimates`` (:func:`training_left`) has it (then also the total,
+    one job after another and ``n_jobs`` at once)."""
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
@@ -151,6 +172,11 @@ def print_plan(planned: list, store: ResultStore, resume: bool, twins: dict | No
               f"    protocols: {' '.join(job.protocols)}  profile: {job.profile}{_split_text(job.split)}\n"
               f"    model: {settings(described['hyperparameters']) or '(no settings)'}\n"
               f"    train: {settings(described['train_settings']) if described['train_settings'] else '(no training)'}")
+        if job.key in (estimates or {}) and estimates[job.key].seconds is not None:
+            left = " left" if resume and job.key in states else ""
+            print(f"    estimated training{left}: {estimates[job.key].describe()}")
+    if estimates is not None:
+        print(*total_lines(estimates, n_jobs), sep="\n")
     print(f"{len(planned)} job(s); nothing was run (--dry-run)")
 
 

@@ -38,7 +38,7 @@ from tabulate import tabulate
 
 from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
 from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
-from recbench.benchmarks.estimate import duration, estimate_jobs, reference_stops
+from recbench.benchmarks.estimate import estimate_jobs, reference_stops, total_lines
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.grid import reusable_twins
 from recbench.benchmarks.jobs import GridError, Job
@@ -252,12 +252,6 @@ def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
     return f"{metric}\n\n" + tabulate(table, headers=headers, tablefmt="github") + "\n"
 
 
-def at_once(seconds: list[float], n_jobs: int) -> float:
-    """Wall time of jobs of ``seconds`` each, ``n_jobs`` at a time: their sum shared out, but never less than the
-    longest of them (each timed alone on its share of the cores, so concurrent jobs' contention is not in it)."""
-    return max(sum(seconds) / n_jobs, max(seconds, default=0.0))
-
-
 def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, twins: dict | None = None) -> list[str]:
     """The study's plan, one entry per job: what the study sets (its overrides, the tied values among them), what
     an ablation row removes, where its rows are reused from (``twins``, :func:`benchmarks.grid.reusable_twins`:
@@ -280,22 +274,7 @@ def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, tw
         elif estimates is not None and job.key in estimates:
             lines.append(f"    estimated training: {estimates[job.key].describe()}")
     if estimates:
-        capped = [estimate.seconds or 0.0 for estimate in estimates.values()]
-        total = sum(capped)
-        if any(estimate.expected is not None for estimate in estimates.values()):
-            likely = [estimate.likely or 0.0 for estimate in estimates.values()]
-            lines.append(f"estimated training in all: ≈ {duration(sum(likely))} one job after another if each "
-                         f"early-stopped job stops where its converged reference run did (the others at their "
-                         f"figure); ≤ {duration(total)} if every job runs to its cap (validation not included)")
-            if n_jobs > 1:
-                lines.append(f"with {n_jobs} jobs at once: ≈ {duration(at_once(likely, n_jobs))} (≤ "
-                             f"{duration(at_once(capped, n_jobs))}), each job timed alone on its share of the cores")
-        else:
-            lines.append(f"estimated training in all: {duration(total)} one job after another (validation not "
-                         f"included; an early-stopped job's figure is an upper bound)")
-            if n_jobs > 1:
-                lines.append(f"with {n_jobs} jobs at once: {duration(at_once(capped, n_jobs))}, each job timed alone "
-                             f"on its share of the cores")
+        lines.extend(total_lines(estimates, n_jobs))
     return lines
 
 
