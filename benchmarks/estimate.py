@@ -8,7 +8,9 @@ one that validation may stop earlier runs at most that many, so its figure is an
 either. Where a converged reference run of the same model on the same dataset and profile exists
 (``results/reference/converge-<dataset>.json``, :func:`reference_stops`), an early-stopped job also gets an
 expected figure: its steps up to the epoch at which early stopping ended that run (the latest over its seeds).
-Validation and the one-off preparation of training examples are not included.
+Validation, the test pass and the one-off preparation of training examples are not included: mostly small, but a
+model that scores each (user, item) pair through a network ranks slowly (NCF's full-ranking test pass on Beauty,
+40,226 users against 54,542 items, takes over an hour on one thread).
 
     estimates = estimate_jobs(planned, datasets, device="auto", threads=1)
     print(estimates[job.key].describe())   # "≈ 11.6 days: 400,000 steps × 2.51 s (runs every step)"
@@ -100,8 +102,8 @@ def total_lines(estimates: dict, n_jobs: int = 1) -> list[str]:
     some job one."""
     capped = [estimate.seconds or 0.0 for estimate in estimates.values()]
     if not any(estimate.expected is not None for estimate in estimates.values()):
-        lines = [f"estimated training in all: {duration(sum(capped))} one job after another (validation not "
-                 f"included; an early-stopped job's figure is an upper bound)"]
+        lines = [f"estimated training in all: {duration(sum(capped))} one job after another (validation and test "
+                 f"passes not included; an early-stopped job's figure is an upper bound)"]
         if n_jobs > 1:
             lines.append(f"with {n_jobs} jobs at once: {duration(at_once(capped, n_jobs))}, each job timed alone on "
                          f"its share of the cores")
@@ -109,7 +111,7 @@ def total_lines(estimates: dict, n_jobs: int = 1) -> list[str]:
     likely = [estimate.likely or 0.0 for estimate in estimates.values()]
     lines = [f"estimated training in all: ≈ {duration(sum(likely))} one job after another if each early-stopped job "
              f"stops where its converged reference run did (the others at their figure); ≤ {duration(sum(capped))} "
-             f"if every job runs to its cap (validation not included)"]
+             f"if every job runs to its cap (validation and test passes not included)"]
     if n_jobs > 1:
         lines.append(f"with {n_jobs} jobs at once: ≈ {duration(at_once(likely, n_jobs))} (≤ "
                      f"{duration(at_once(capped, n_jobs))}), each job timed alone on its share of the cores")
