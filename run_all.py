@@ -73,25 +73,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.estimate and not args.dry_run:
         parser.error("--estimate prints a plan's training times: add --dry-run")
-
-    def check(kind: str, given, valid) -> None:
-        for name in given:
-            if name not in valid:
-                parser.error(str(unknown(kind, name, valid)))
-
     _check_data_and_models(parser, args)
+    _check_protocols(parser, args)
+    if args.output is None:
+        task = "-relevance" if args.task == "relevance" else ""
+        args.output = str(Path("results") / (f"{'-'.join(args.datasets)}{task}-{args.profile}"
+                                             f"{output_suffix(args.split)}"))
+    return args
+
+
+def _check_protocols(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--protocols`` (its default filled in for the task) are protocols the task evaluates; else a usage error."""
     relevance = args.task == "relevance"
     if relevance and args.protocols is not None:
         parser.error(f"--protocols applies to --task next-item; the relevance task is evaluated on its {PAIRS}")
     if args.protocols is None:
         args.protocols = [PAIRS] if relevance else ["full", "pop100"]
-    else:
-        check("protocol", args.protocols, PROTOCOLS)
-    if args.output is None:
-        task = "-relevance" if relevance else ""
-        args.output = str(Path("results") / (f"{'-'.join(args.datasets)}{task}-{args.profile}"
-                                             f"{output_suffix(args.split)}"))
-    return args
+        return
+    for name in args.protocols:
+        if name not in PROTOCOLS:
+            parser.error(str(unknown("protocol", name, PROTOCOLS)))
 
 
 def _known_models() -> list[str]:
