@@ -99,8 +99,10 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
         if args.dry_run:
             planned, datasets = plan or plan_grid(jobs, options)
             store = ResultStore(options.output)
-            estimates = training_left(planned, datasets, store, args, options.resume, twins) if estimate else None
-            print_plan(planned, store, options.resume, twins, estimates, args.jobs)
+            states = interrupted(planned, store)  # read once: a checkpoint holds the weights too (hundreds of MB)
+            estimates = (training_left(planned, datasets, store, args, states if options.resume else {}, twins)
+                         if estimate else None)
+            print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
             return 0
         result = run_jobs(jobs, options, plan=plan, twins=twins)
     except GridInterrupted:
@@ -132,32 +134,33 @@ def _finish(args: argparse.Namespace, result, options: RunOptions, table: Callab
     return 0
 
 
-def training_left(planned: list, datasets: dict, store: ResultStore, args: argparse.Namespace, resume: bool,
+def training_left(planned: list, datasets: dict, store: ResultStore, args: argparse.Namespace, resumed: dict,
                   twins: dict | None = None) -> dict:
     """{job key: :class:`benchmarks.estimate.Estimate`} of the training the ``planned`` jobs have left on this
-    machine, with the device, threads and jobs at once of ``args``: none for the jobs that are done (with
-    ``resume``) or reused from ``twins``, the steps not trained yet for those an earlier run left in a
-    checkpoint, all of them for the rest."""
+    machine, with the device, threads and jobs at once of ``args``. ``resumed``: {key: where its training stands}
+    of the interrupted jobs a run with --resume continues (empty without --resume, when every job starts afresh and
+    no finished one is skipped). None for the jobs that are done (with --resume) or reused from ``twins``, the steps
+    not trained yet for the resumed ones, all of them for the rest."""
+    resume = args.resume
     pending = [job for job in planned
                if job.key not in (twins or {}) and not (resume and store.done(job.key, job.protocols))]
     if not pending:
         return {}
     estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
                               stops=reference_stops())
-    states = interrupted(pending, store) if resume else {}
-    return {key: estimate.after(states[key]) if key in states else estimate for key, estimate in estimates.items()}
+    return {key: estimate.after(resumed[key]) if key in resumed else estimate for key, estimate in estimates.items()}
 
 
-def print_plan(planned: list, store: ResultStore, resume: bool, twins: dict | None = None,
+def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, twins: dict | None = None,
                estimates: dict | None = None, n_jobs: int = 1) -> None:
     """``--dry-run``: every job with its key, what would happen to it (with ``resume``: skipped when done,
-    resumed from its checkpoint and where it stands; reused where ``twins`` has its rows), every resolved
+    resumed from its checkpoint, where it stands in ``states`` (:func:`benchmarks.grid.interrupted`); reused
+    where ``twins`` has its rows), every resolved
     setting, and the training it has left where ``estimates`` (:func:`training_left`) has it (then also the total,
     one job after another and ``n_jobs`` at once)."""
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
-    states = interrupted(planned, store)
     for number, job in enumerate(planned, start=1):
         action = "run"
         if resume and store.done(job.key, job.protocols):
