@@ -1,7 +1,8 @@
 """Helpers that several test modules use: where the staged real data lives, small synthetic datasets and attention
-models, a left-padded history builder, scorers with fixed scores (a table, or a product of fixed factors), models of
-a user's own in a package, a wait on a running command and a Dask cluster on this machine. Test modules import them
-from here, never from one another; the shared fixtures are in ``conftest.py``."""
+models, a left-padded history builder, a training crash at a chosen validation, scorers with fixed scores (a table,
+or a product of fixed factors), models of a user's own in a package, a wait on a running command and a Dask cluster
+on this machine. Test modules import them from here, never from one another; the shared fixtures are in
+``conftest.py``."""
 import os
 import re
 import socket
@@ -186,6 +187,22 @@ max_epochs = 2        # smoke profile: seconds
 
 README_BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 SAVED_AS = re.compile(r"save\s+this\s+as\s+`([^`]+)`:\s*$", re.I)
+
+
+def interrupt_training_at_validation(monkeypatch, number: int) -> None:
+    """Make a grid's training crash at its ``number``-th validation, after ``number - 1`` epochs have written
+    their checkpoint, as a killed or failed run leaves it; ``monkeypatch.undo()`` ends the crashes."""
+    from recbench.benchmarks.evaluator import Evaluator
+
+    original, calls = Evaluator.evaluate, []
+
+    def crash(self, model, split, *args, **kwargs):
+        calls.append(split)
+        if split == "valid" and calls.count("valid") == number:
+            raise RuntimeError("simulated crash during training")
+        return original(self, model, split, *args, **kwargs)
+
+    monkeypatch.setattr(Evaluator, "evaluate", crash)
 
 
 def readme_section(title: str) -> str:

@@ -16,7 +16,14 @@ import torch
 
 import run_all
 from recbench.benchmarks.store import ClaimedElsewhere, claimed, read_results
-from tests.helpers import ROOT, SHARED_DATA, dask_cluster, requires_shared_data, wait_for
+from tests.helpers import (
+    ROOT,
+    SHARED_DATA,
+    dask_cluster,
+    interrupt_training_at_validation,
+    requires_shared_data,
+    wait_for,
+)
 
 # Small, deterministic jobs on the built-in synthetic data: budgets in epochs, no wall-clock cap.
 TINY = ["--set", "time_budget_s=none", "--set", "sasrec:max_len=20", "--set", "sasrec:hidden=16",
@@ -56,22 +63,6 @@ def test_resume_with_changed_settings_runs_a_new_job_and_keeps_the_old_rows(tmp_
 
     (change,) = load_results(tmp_path / "out").changes
     assert change.label == "synthetic/bprmf seed 0" and change.differences == ("hidden: 64 -> 8",)
-
-
-def interrupt_training_at_validation(monkeypatch, number: int) -> None:
-    """Make a grid's training crash at its ``number``-th validation, after ``number - 1`` epochs have written
-    their checkpoint, as a killed or failed run leaves it; ``monkeypatch.undo()`` ends the crashes."""
-    from recbench.benchmarks.evaluator import Evaluator
-
-    original, calls = Evaluator.evaluate, []
-
-    def crash(self, model, split, *args, **kwargs):
-        calls.append(split)
-        if split == "valid" and calls.count("valid") == number:
-            raise RuntimeError("simulated crash during training")
-        return original(self, model, split, *args, **kwargs)
-
-    monkeypatch.setattr(Evaluator, "evaluate", crash)
 
 
 def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):

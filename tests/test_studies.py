@@ -1,6 +1,7 @@
 """The studies as the paper ran them (ablation, sensitivity sweeps with their tied settings, Cloze study at d = 256),
 their plan and time estimates, and one tiny study run end to end through the runner."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class
 from recbench.reports import names
-from tests.helpers import SHARED_DATA, chain_data, requires_shared_data
+from tests.helpers import SHARED_DATA, chain_data, interrupt_training_at_validation, requires_shared_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -397,6 +398,37 @@ def test_a_tiny_ablation_writes_rows_with_study_variant_and_sweep(tmp_path):
     table = study_table(written[:2])
     assert "w/o PE" in table and "chain bert4rec (pop100)" in table
     assert np.isfinite([r["metrics"]["NDCG@10"] for r in written]).all()
+
+
+def test_a_resumed_studys_plan_skips_its_finished_jobs_and_times_only_what_the_interrupted_one_has_left(
+        tmp_path, capsys, monkeypatch):
+    """A study of hours runs across sessions: rerun with --resume, its plan must not count again the jobs whose rows
+    are written, and an interrupted job's estimate is the steps its checkpoint has not trained (the plan used to time
+    every job from the start)."""
+    tiny = [part for field in ("max_len=10", "hidden=8", "heads=1", "max_epochs=2", "valid_every=1", "dupe_factor=1",
+                               "time_budget_s=none", "batch_size=256") for part in ("--set", field)]
+    argv = ["ablation", "--datasets", "synthetic", "--variants", "default", "w/o PE", *tiny, "--output",
+            str(tmp_path / "study"), "--cache-dir", str(tmp_path / "cache"), "--quiet", "--no-report"]
+    interrupt_training_at_validation(monkeypatch, 2)
+    assert main(argv) == 1  # the default row stopped after epoch 1, its checkpoint kept; w/o PE finished
+    monkeypatch.undo()
+    capsys.readouterr()
+    (checkpoint,) = (tmp_path / "study" / "checkpoints").glob("*.pt")
+    state = torch.load(checkpoint, weights_only=False)["state"]
+
+    assert main([*argv, "--dry-run"]) == 0  # without --resume every job would train from the start
+    fresh = capsys.readouterr().out
+    planned = [int(steps.replace(",", "")) for steps in re.findall(r"estimated training: .*?([\d,]+) steps ×", fresh)]
+    assert len(planned) == 2 and planned[0] == 2 * state["step"]
+    assert main([*argv, "--dry-run", "--resume"]) == 0
+    resumed = capsys.readouterr().out
+    default, without_pe = resumed.split("[2/2]")[0], resumed.split("[2/2]")[1].split("estimated training in all")[0]
+    assert f"    resumes from epoch 1 of at most 2, best validation NDCG@10 {state['best_metric']:.4f}" in default
+    (left,) = re.findall(r"estimated training left: .*?([\d,]+) steps ×", resumed)
+    assert int(left.replace(",", "")) == planned[0] - state["step"]
+    assert "    done: its rows are in results.jsonl, skipped (--resume)" in without_pe
+    assert "estimated training" not in without_pe
+    assert resumed.count("estimated training in all: ") == 1
 
 
 def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_again(tmp_path, capsys):

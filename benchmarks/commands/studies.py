@@ -36,14 +36,15 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
+from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options, training_left
 from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
-from recbench.benchmarks.estimate import estimate_jobs, reference_stops, total_lines
+from recbench.benchmarks.estimate import total_lines
 from recbench.benchmarks.evaluator import PROTOCOLS
-from recbench.benchmarks.grid import reusable_twins
+from recbench.benchmarks.grid import interrupted, progress_text, reusable_twins
 from recbench.benchmarks.jobs import GridError, Job
 from recbench.benchmarks.options import output_suffix
 from recbench.benchmarks.planner import plan_grid
+from recbench.benchmarks.store import ResultStore
 from recbench.benchmarks.tuning.space import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.models import model_class
 from recbench.models.base import show
@@ -252,11 +253,14 @@ def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
     return f"{metric}\n\n" + tabulate(table, headers=headers, tablefmt="github") + "\n"
 
 
-def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, twins: dict | None = None) -> list[str]:
+def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, twins: dict | None = None,
+               done: frozenset = frozenset(), states: dict | None = None) -> list[str]:
     """The study's plan, one entry per job: what the study sets (its overrides, the tied values among them), what
     an ablation row removes, where its rows are reused from (``twins``, :func:`benchmarks.grid.reusable_twins`:
     no training, no estimate), and the estimated training time (:mod:`benchmarks.estimate`) when given; with
-    ``n_jobs`` above 1 also the time with that many jobs at once."""
+    ``n_jobs`` above 1 also the time with that many jobs at once. A resumed study also names the jobs whose rows
+    are ``done`` (keys) and where each interrupted one stands (``states``, :func:`benchmarks.grid.interrupted`);
+    their ``estimates`` are then the training left (:func:`benchmarks.commands.cli.training_left`)."""
     lines = []
     for number, job in enumerate(planned, start=1):
         spec = job.job
@@ -271,8 +275,15 @@ def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, tw
             lines.append(f"    removes: {removes}")
         if job.key in (twins or {}):
             lines.append(f"    reused: the same job's rows in {twins[job.key].where}, not trained again")
-        elif estimates is not None and job.key in estimates:
-            lines.append(f"    estimated training: {estimates[job.key].describe()}")
+            continue
+        if job.key in done:
+            lines.append("    done: its rows are in results.jsonl, skipped (--resume)")
+            continue
+        if job.key in (states or {}):
+            lines.append(f"    resumes from {progress_text(job, states[job.key])}")
+        if estimates is not None and job.key in estimates:
+            left = " left" if job.key in (states or {}) else ""
+            lines.append(f"    estimated training{left}: {estimates[job.key].describe()}")
     if estimates:
         lines.extend(total_lines(estimates, n_jobs))
     return lines
@@ -351,9 +362,11 @@ def main(argv=None) -> int:
         planned, datasets = plan_grid(jobs, options)
         twins = reusable_twins(planned, reuse)
         trained = [job for job in planned if job.key not in twins]
-        estimates = (estimate_jobs(trained, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
-                                   stops=reference_stops()) if args.estimate and trained else None)
-        print(*plan_lines(planned, estimates, args.jobs, twins), sep="\n")
+        store = ResultStore(output)
+        done = frozenset(job.key for job in trained if args.resume and store.done(job.key, job.protocols))
+        states = interrupted(trained, store) if args.resume else {}
+        estimates = training_left(planned, datasets, store, args, states, twins) if args.estimate else None
+        print(*plan_lines(planned, estimates, args.jobs, twins, done, states), sep="\n")
 
         def table(rows: list[dict]) -> str:
             text = study_table(rows)
