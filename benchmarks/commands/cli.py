@@ -90,16 +90,19 @@ def split_spec(args: argparse.Namespace) -> SplitSpec:
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
-             plan: tuple | None = None, twins: dict | None = None, estimate: bool = False) -> int:
+             plan: tuple | None = None, twins: dict | None = None, states: dict | None = None,
+             estimate: bool = False) -> int:
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them, with ``estimate`` each job's training
     time left), then write ``table.md`` (``table(rows)`` gives it) and the report; returns the exit code.
     ``plan``: what :func:`plan_grid` returned, when the caller has planned the jobs already; ``twins``: the study
-    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`)."""
+    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`); ``states``: where the planned jobs'
+    checkpoints stand (:func:`benchmarks.grid.interrupted`), when the caller has read them already."""
     try:
         if args.dry_run:
             planned, datasets = plan or plan_grid(jobs, options)
             store = ResultStore(options.output)
-            states = interrupted(planned, store)  # read once: a checkpoint holds the weights too (hundreds of MB)
+            if states is None:  # read once: a checkpoint holds the weights too (hundreds of MB)
+                states = interrupted(planned, store)
             estimates = (training_left(planned, datasets, store, args, states if options.resume else {}, twins)
                          if estimate else None)
             print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)

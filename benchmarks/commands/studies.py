@@ -364,16 +364,17 @@ def main(argv=None) -> int:
         trained = [job for job in planned if job.key not in twins]
         store = ResultStore(output)
         done = frozenset(job.key for job in trained if args.resume and store.done(job.key, job.protocols))
-        states = interrupted(trained, store) if args.resume else {}
-        estimates = training_left(planned, datasets, store, args, states, twins) if args.estimate else None
-        print(*plan_lines(planned, estimates, args.jobs, twins, done, states), sep="\n")
+        states = interrupted(planned, store)  # read once for the plan and --dry-run: a checkpoint holds the weights
+        resumed = states if args.resume else {}
+        estimates = training_left(planned, datasets, store, args, resumed, twins) if args.estimate else None
+        print(*plan_lines(planned, estimates, args.jobs, twins, done, resumed), sep="\n")
 
         def table(rows: list[dict]) -> str:
             text = study_table(rows)
             print("\n" + text)
             return text
 
-        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins)
+        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins, states=states)
 
     return guard(run, args.debug)
 
