@@ -37,14 +37,17 @@ def test_the_dry_run_prints_each_probes_command_and_starts_nothing(tmp_path, cap
     assert printed.count("run_all.py --datasets ml-1m --models bert4rec --profile converge") == len(
         bert4rec_probes.PROBES)
     assert "--seeds 0 1 --jobs 2" in printed and "--set bert4rec:mask_last=false" in printed
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and "--output WORK_DIR/cloze-only" in printed
 
 
 @pytest.mark.slow
-def test_a_rehearsal_on_synthetic_data_writes_the_summary_and_the_archive(tmp_path):
+def test_a_rehearsal_on_synthetic_data_writes_the_summary_and_the_archive_and_nothing_else(tmp_path, capsys):
     out = tmp_path / "out"
-    assert bert4rec_probes.main(["--dataset", "synthetic", "--out", str(out), "--device", "cpu", "--budget-s", "2",
-                                 "--only", "cloze-only"]) == 0
+    assert bert4rec_probes.main(["--dataset", "synthetic", "--out", str(out), "--work-dir", str(tmp_path / "runs"),
+                                 "--device", "cpu", "--budget-s", "2", "--only", "cloze-only"]) == 0
+    # A lent device returns at most 8 files: the runs' folders stay in the work folder.
+    assert sorted(path.name for path in out.rglob("*")) == ["probes.json", "probes.tar.gz"]
+    assert "cloze-only: seed 0, " in capsys.readouterr().out
     report = json.loads((out / "probes.json").read_text())
     (probe,) = report["probes"]
     assert probe["changed"] == {"mask_last": {"profile": True, "probe": False}} and probe["exit"] == 0

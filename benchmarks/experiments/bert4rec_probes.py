@@ -18,17 +18,22 @@ training, whichever comes first; a row records which. The probes (:data:`PROBES`
 - ``copies-10``: the authors' ten Cloze copies of every window an epoch (masks still fresh), the patience shortened
   to 2 epochs so that it spans about as many steps as the profile's 20.
 
-Afterwards ``DIR/probes.json`` holds, per probe and seed, what was changed, how the run ended (epochs, best epoch,
-steps, seconds) and its test NDCG@10 and HR@10 under pop100 and full ranking, with the device, commit and command;
-``DIR/probes.tar.gz`` holds each folder's ``results.jsonl``, ``manifest.jsonl`` and log (a device returns a limited
-number of files). ``--dry-run`` checks every probe's settings against the profile and prints the commands;
-``--dataset synthetic --device cpu --budget-s 2`` rehearses the whole of it in a minute.
+The runs themselves (results folders, checkpoints, caches, logs) go to ``--work-dir``, a fresh temporary folder
+unless named; ``DIR`` receives two files and nothing else, since a lent device returns at most 8 (its first call
+here, which wrote the run folders into ``DIR``, brought back 8 of the logs and neither summary). ``DIR/probes.json``
+holds, per probe and seed, what was changed, how the run ended (epochs, best epoch, steps, seconds) and its test
+NDCG@10 and HR@10 under pop100 and full ranking, with the device, commit and command; ``DIR/probes.tar.gz`` holds each
+run's ``results.jsonl``, ``manifest.jsonl`` and log. The same figures are printed, one line per probe and seed, so
+that a command's output alone carries them. ``--dry-run`` checks every probe's settings against the profile and
+prints the commands; ``--dataset synthetic --device cpu --budget-s 2`` rehearses the whole of it in a minute.
 
 On a lent GPU (the device tool), with ``ml-1m_seq_full.txt.gz`` copied into the checkout's git-ignored ``.cache/gpu``
-and that folder carried, one call of about 9 minutes::
+and that folder carried, one call of about 9 minutes (an offline ``pip install -e .`` there can end without error and
+still leave ``recbench`` unimportable, hence the links, named as pyproject.toml maps the folders)::
 
-    pip install -q --no-index --no-deps --no-build-isolation -e . && python -m benchmarks.experiments.bert4rec_probes \
-        --data-dir .cache/gpu --out $OUT/probes --budget-s 420
+    python -c "import recbench.benchmarks" 2>/dev/null || { mkdir -p /tmp/rb/recbench; for d in datasets models \
+        benchmarks reports; do ln -sfn "$PWD/$d" /tmp/rb/recbench/$d; done; export PYTHONPATH=/tmp/rb; }; \
+        python -m benchmarks.experiments.bert4rec_probes --data-dir .cache/gpu --out $OUT --budget-s 420
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +100,8 @@ def command(probe: Probe, args) -> list[str]:
     return [sys.executable, str(ROOT / "run_all.py"), "--datasets", args.dataset, "--models", "bert4rec", "--profile",
             "converge", "--seeds", *map(str, probe.seeds), "--jobs", str(len(probe.seeds)), "--device", args.device,
             "--threads", str(args.threads), *(["--data-dir", str(args.data_dir)] if args.data_dir else []),
-            "--cache-dir", str(args.out / "cache" / probe.name), "--output", str(args.out / probe.name), "--resume",
+            "--cache-dir", str(args.work_dir / "cache" / probe.name), "--output", str(args.work_dir / probe.name),
+            "--resume",
             "--no-report", "--quiet", "--set", f"time_budget_s={args.budget_s}",
             *[part for setting in probe.settings for part in ("--set", setting)]]
 
@@ -118,17 +125,32 @@ def readout(probe: Probe, folder: Path) -> list[dict]:
     return entries
 
 
+def summary(entry: dict) -> str:
+    """One printed line for one seed's readout."""
+    if "error" in entry:
+        return entry["error"]
+    ended = (f"seed {entry['seed']}, {entry['stopped_by']} after {entry['epochs_run']} epochs (best "
+             f"{entry['best_epoch']}, {entry['steps_run']} steps, {round(entry['train_seconds'] or 0)} s, "
+             f"{entry['precision']})")
+    figures = ", ".join(f"{protocol} {metric} {entry[f'{protocol} {metric}']:.4f}" for protocol in PROTOCOLS
+                        for metric in METRICS if entry[f"{protocol} {metric}"] is not None)
+    return f"{ended}: {figures}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, help="the folder with ml-1m_seq_full.txt.gz")
     parser.add_argument("--dataset", default="ml-1m", help="ml-1m, where the questions are; synthetic rehearses")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="where probes.json and probes.tar.gz are written")
+    parser.add_argument("--work-dir", type=Path, help="the runs' folders (default: a new temporary folder)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--budget-s", type=int, default=450, help="training seconds per job at most")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per job")
     parser.add_argument("--only", nargs="+", choices=[probe.name for probe in PROBES], metavar="PROBE")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
+    if not args.work_dir:
+        args.work_dir = Path("WORK_DIR") if args.dry_run else Path(tempfile.mkdtemp(prefix="bert4rec-probes-"))
     probes = [probe for probe in PROBES if not args.only or probe.name in args.only]
     try:
         settings = {probe.name: changed(probe, args.dataset) for probe in probes}
@@ -140,12 +162,14 @@ def main(argv=None) -> int:
             print(f"{probe.name}: {settings[probe.name] or 'the profile'}\n  {' '.join(commands[probe.name][1:])}")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
     running = {}
     for probe in probes:
-        log = open(args.out / f"{probe.name}.log", "w")
+        log = open(args.work_dir / f"{probe.name}.log", "w")
         running[probe.name] = (subprocess.Popen(commands[probe.name], stdout=log, stderr=subprocess.STDOUT,
                                                 cwd=ROOT), log)
-    print(f"{len(running)} probes started, each job stopped by early stopping or {args.budget_s} s of training")
+    print(f"{len(running)} probes started in {args.work_dir}, each job stopped by early stopping or {args.budget_s} s "
+          "of training")
     exits = {}
     for name, (process, log) in running.items():
         exits[name] = process.wait()
@@ -157,14 +181,17 @@ def main(argv=None) -> int:
               "loadavg_after": loadavg.read_text().split()[:3] if loadavg.exists() else None,
               "probes": [{"name": probe.name, "what": probe.what, "changed": settings[probe.name],
                           "command": " ".join(["python", *commands[probe.name][1:]]), "exit": exits[probe.name],
-                          "seeds": readout(probe, args.out / probe.name)} for probe in probes]}
+                          "seeds": readout(probe, args.work_dir / probe.name)} for probe in probes]}
     write_atomic(args.out / "probes.json", json.dumps(report, indent=1) + "\n")
     with tarfile.open(args.out / "probes.tar.gz", "w:gz") as archive:
         for probe in probes:
             for name in ("results.jsonl", "manifest.jsonl"):
-                if (args.out / probe.name / name).exists():
-                    archive.add(args.out / probe.name / name, arcname=f"{probe.name}/{name}")
-            archive.add(args.out / f"{probe.name}.log", arcname=f"{probe.name}.log")
+                if (args.work_dir / probe.name / name).exists():
+                    archive.add(args.work_dir / probe.name / name, arcname=f"{probe.name}/{name}")
+            archive.add(args.work_dir / f"{probe.name}.log", arcname=f"{probe.name}.log")
+    for probe in report["probes"]:
+        for entry in probe["seeds"]:
+            print(f"{probe['name']}: {summary(entry)}")
     print(f"written: {args.out / 'probes.json'}, {args.out / 'probes.tar.gz'}")
     return 0 if not any(exits.values()) else 1
 
