@@ -422,13 +422,20 @@ def test_a_resumed_studys_plan_skips_its_finished_jobs_and_times_only_what_the_i
     assert len(planned) == 2 and planned[0] == 2 * state["step"]
     assert main([*argv, "--dry-run", "--resume"]) == 0
     resumed = capsys.readouterr().out
+    assert resumed.count("[1/2]") == 1  # one plan: the study's lines are inside run_grid's
     default, without_pe = resumed.split("[2/2]")[0], resumed.split("[2/2]")[1].split("estimated training in all")[0]
-    assert f"    resumes from epoch 1 of at most 2, best validation NDCG@10 {state['best_metric']:.4f}" in default
+    assert f"  resume from epoch 1 of at most 2, best validation NDCG@10 {state['best_metric']:.4f}" in default
+    assert " use_position=false\n    removes: the learnable positional embedding" in without_pe
     (left,) = re.findall(r"estimated training left: .*?([\d,]+) steps ×", resumed)
     assert int(left.replace(",", "")) == planned[0] - state["step"]
-    assert "    done: its rows are in results.jsonl, skipped (--resume)" in without_pe
-    assert "estimated training" not in without_pe
+    assert "  skip (done)" in without_pe and "estimated training" not in without_pe
     assert resumed.count("estimated training in all: ") == 1
+
+    assert main([*argv, "--resume"]) == 0  # the run itself prints the same plan before it trains
+    ran = capsys.readouterr().out
+    assert f"    resumes from epoch 1 of at most 2, best validation NDCG@10 {state['best_metric']:.4f}" in ran
+    assert "    done: its rows are in results.jsonl, skipped (--resume)" in ran
+    assert len(re.findall(r"estimated training left: ", ran)) == 1 and ran.count("estimated training in all: ") == 1
 
 
 def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_again(tmp_path, capsys):

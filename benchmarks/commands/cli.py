@@ -90,19 +90,16 @@ def split_spec(args: argparse.Namespace) -> SplitSpec:
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
-             plan: tuple | None = None, twins: dict | None = None, states: dict | None = None,
-             estimate: bool = False) -> int:
+             plan: tuple | None = None, twins: dict | None = None, estimate: bool = False) -> int:
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them, with ``estimate`` each job's training
     time left), then write ``table.md`` (``table(rows)`` gives it) and the report; returns the exit code.
     ``plan``: what :func:`plan_grid` returned, when the caller has planned the jobs already; ``twins``: the study
-    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`); ``states``: where the planned jobs'
-    checkpoints stand (:func:`benchmarks.grid.interrupted`), when the caller has read them already."""
+    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`)."""
     try:
         if args.dry_run:
             planned, datasets = plan or plan_grid(jobs, options)
             store = ResultStore(options.output)
-            if states is None:  # read once: a checkpoint holds the weights too (hundreds of MB)
-                states = interrupted(planned, store)
+            states = interrupted(planned, store)  # read once: a checkpoint holds the weights too (hundreds of MB)
             estimates = (training_left(planned, datasets, store, args, states if options.resume else {}, twins)
                          if estimate else None)
             print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
@@ -155,12 +152,12 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
 
 
 def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, twins: dict | None = None,
-               estimates: dict | None = None, n_jobs: int = 1) -> None:
+               estimates: dict | None = None, n_jobs: int = 1, notes: dict | None = None) -> None:
     """``--dry-run``: every job with its key, what would happen to it (with ``resume``: skipped when done,
     resumed from its checkpoint, where it stands in ``states`` (:func:`benchmarks.grid.interrupted`); reused
-    where ``twins`` has its rows), every resolved
-    setting, and the training it has left where ``estimates`` (:func:`training_left`) has it (then also the total,
-    one job after another and ``n_jobs`` at once)."""
+    where ``twins`` has its rows), the lines ``notes`` holds for it, every resolved setting, and the training it
+    has left where ``estimates`` (:func:`training_left`) has it (then also the total, one job after another and
+    ``n_jobs`` at once)."""
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
@@ -174,8 +171,9 @@ def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, tw
             where = progress_text(job, states[job.key])
             action = f"resume from {where}" if resume else f"refused without --resume (its checkpoint: {where})"
         described = job.describe()
-        print(f"[{number}/{len(planned)}] {job.run_id}  key {job.key[:12]}  {action}\n"
-              f"    protocols: {' '.join(job.protocols)}  profile: {job.profile}{_split_text(job.split)}\n"
+        print(f"[{number}/{len(planned)}] {job.run_id}  key {job.key[:12]}  {action}",
+              *(notes or {}).get(job.key, ()), sep="\n")
+        print(f"    protocols: {' '.join(job.protocols)}  profile: {job.profile}{_split_text(job.split)}\n"
               f"    model: {settings(described['hyperparameters']) or '(no settings)'}\n"
               f"    train: {settings(described['train_settings']) if described['train_settings'] else '(no training)'}")
         if job.key in (estimates or {}) and estimates[job.key].seconds is not None:

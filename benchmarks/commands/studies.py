@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options, training_left
+from recbench.benchmarks.commands.cli import add_run_options, guard, print_plan, run_grid, run_options, training_left
 from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
 from recbench.benchmarks.estimate import total_lines
 from recbench.benchmarks.evaluator import PROTOCOLS
@@ -253,6 +253,21 @@ def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
     return f"{metric}\n\n" + tabulate(table, headers=headers, tablefmt="github") + "\n"
 
 
+def study_notes(job) -> list[str]:
+    """The plan's lines on what the study does to one planned job: the settings it sets, the values tied to a
+    swept one, and what an ablation row removes."""
+    spec, lines = job.job, []
+    if spec.overrides:
+        lines.append(f"    sets: {' '.join(spec.overrides)}")
+    tied = (spec.sweep or {}).get("tied")
+    if tied:
+        lines.append(f"    tied to {spec.sweep['param']}={spec.sweep['value']}: {' '.join(as_overrides(tied))}")
+    removes = names.ablation_removes(spec.model, spec.variant) if spec.study == "ablation" else None
+    if removes:
+        lines.append(f"    removes: {removes}")
+    return lines
+
+
 def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, twins: dict | None = None,
                done: frozenset = frozenset(), states: dict | None = None) -> list[str]:
     """The study's plan, one entry per job: what the study sets (its overrides, the tied values among them), what
@@ -263,16 +278,8 @@ def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, tw
     their ``estimates`` are then the training left (:func:`benchmarks.commands.cli.training_left`)."""
     lines = []
     for number, job in enumerate(planned, start=1):
-        spec = job.job
-        lines.append(f"[{number}/{len(planned)}] {spec.run_id}  profile {job.profile}")
-        if spec.overrides:
-            lines.append(f"    sets: {' '.join(spec.overrides)}")
-        tied = (spec.sweep or {}).get("tied")
-        if tied:
-            lines.append(f"    tied to {spec.sweep['param']}={spec.sweep['value']}: {' '.join(as_overrides(tied))}")
-        removes = names.ablation_removes(spec.model, spec.variant) if spec.study == "ablation" else None
-        if removes:
-            lines.append(f"    removes: {removes}")
+        lines.append(f"[{number}/{len(planned)}] {job.job.run_id}  profile {job.profile}")
+        lines.extend(study_notes(job))
         if job.key in (twins or {}):
             lines.append(f"    reused: the same job's rows in {twins[job.key].where}, not trained again")
             continue
@@ -363,18 +370,22 @@ def main(argv=None) -> int:
         twins = reusable_twins(planned, reuse)
         trained = [job for job in planned if job.key not in twins]
         store = ResultStore(output)
-        done = frozenset(job.key for job in trained if args.resume and store.done(job.key, job.protocols))
-        states = interrupted(planned, store)  # read once for the plan and --dry-run: a checkpoint holds the weights
-        resumed = states if args.resume else {}
-        estimates = training_left(planned, datasets, store, args, resumed, twins) if args.estimate else None
-        print(*plan_lines(planned, estimates, args.jobs, twins, done, resumed), sep="\n")
 
         def table(rows: list[dict]) -> str:
             text = study_table(rows)
             print("\n" + text)
             return text
 
-        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins, states=states)
+        states = interrupted(planned, store)  # read once: a checkpoint holds the weights too
+        resumed = states if args.resume else {}
+        estimates = training_left(planned, datasets, store, args, resumed, twins) if args.estimate else None
+        if args.dry_run:  # run_all's plan (keys, every resolved setting), with the study's lines under each job
+            print_plan(planned, store, args.resume, states, twins, estimates, args.jobs,
+                       {job.key: study_notes(job) for job in planned})
+            return 0
+        done = frozenset(job.key for job in trained if args.resume and store.done(job.key, job.protocols))
+        print(*plan_lines(planned, estimates, args.jobs, twins, done, resumed), sep="\n")
+        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins)
 
     return guard(run, args.debug)
 
