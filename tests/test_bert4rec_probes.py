@@ -38,6 +38,11 @@ def test_the_dry_run_prints_each_probes_command_and_starts_nothing(tmp_path, cap
         bert4rec_probes.PROBES)
     assert "--seeds 0 1 --jobs 2" in printed and "--set bert4rec:mask_last=false" in printed
     assert not (tmp_path / "out").exists() and "--output WORK_DIR/cloze-only" in printed
+    assert bert4rec_probes.main(["--out", str(tmp_path / "out"), "--dry-run", "--only", "dropout-0.1", "--seeds", "0",
+                                 "1", "--dataset", "beauty"]) == 0
+    printed = capsys.readouterr().out
+    assert "dropout-0.1: {'dropout': {'profile': 0.5, 'probe': 0.1}, 'attention_dropout': {'profile': 0.2" in printed
+    assert "--datasets beauty --models bert4rec --profile converge --seeds 0 1 --jobs 2" in printed
 
 
 @pytest.mark.slow

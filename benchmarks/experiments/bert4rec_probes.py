@@ -26,6 +26,7 @@ NDCG@10 and HR@10 under pop100 and full ranking, with the device, commit and com
 run's ``results.jsonl``, ``manifest.jsonl`` and log. The same figures are printed, one line per probe and seed, so
 that a command's output alone carries them. ``--dry-run`` checks every probe's settings against the profile and
 prints the commands; ``--dataset synthetic --device cpu --budget-s 2`` rehearses the whole of it in a minute.
+``--only`` picks probes, ``--seeds`` gives each of them these seeds, ``--dataset beauty`` asks the same of Beauty.
 
 On a lent GPU (the device tool), with ``ml-1m_seq_full.txt.gz`` copied into the checkout's git-ignored ``.cache/gpu``
 and that folder carried, one call of about 9 minutes (an offline ``pip install -e .`` there can end without error and
@@ -97,8 +98,9 @@ def changed(probe: Probe, dataset: str) -> dict:
 
 
 def command(probe: Probe, args) -> list[str]:
+    seeds = args.seeds or probe.seeds
     return [sys.executable, str(ROOT / "run_all.py"), "--datasets", args.dataset, "--models", "bert4rec", "--profile",
-            "converge", "--seeds", *map(str, probe.seeds), "--jobs", str(len(probe.seeds)), "--device", args.device,
+            "converge", "--seeds", *map(str, seeds), "--jobs", str(len(seeds)), "--device", args.device,
             "--threads", str(args.threads), *(["--data-dir", str(args.data_dir)] if args.data_dir else []),
             "--cache-dir", str(args.work_dir / "cache" / probe.name), "--output", str(args.work_dir / probe.name),
             "--resume",
@@ -139,14 +141,18 @@ def summary(entry: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, help="the folder with ml-1m_seq_full.txt.gz")
-    parser.add_argument("--dataset", default="ml-1m", help="ml-1m, where the questions are; synthetic rehearses")
+    parser.add_argument("--data-dir", type=Path, help="the folder with the dataset's file (ml-1m_seq_full.txt.gz, "
+                                                      "beauty.txt.gz)")
+    parser.add_argument("--dataset", default="ml-1m", help="ml-1m (default), where the questions are, or beauty; "
+                                                           "synthetic rehearses")
     parser.add_argument("--out", type=Path, required=True, help="where probes.json and probes.tar.gz are written")
     parser.add_argument("--work-dir", type=Path, help="the runs' folders (default: a new temporary folder)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--budget-s", type=int, default=450, help="training seconds per job at most")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per job")
     parser.add_argument("--only", nargs="+", choices=[probe.name for probe in PROBES], metavar="PROBE")
+    parser.add_argument("--seeds", nargs="+", type=int, metavar="N",
+                        help="the seeds of every probe run (default: fp32 and bf16 0 and 1, the others 0)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     if not args.work_dir:
