@@ -103,8 +103,7 @@ def command(probe: Probe, args) -> list[str]:
             "converge", "--seeds", *map(str, seeds), "--jobs", str(len(seeds)), "--device", args.device,
             "--threads", str(args.threads), *(["--data-dir", str(args.data_dir)] if args.data_dir else []),
             "--cache-dir", str(args.work_dir / "cache" / probe.name), "--output", str(args.work_dir / probe.name),
-            "--resume",
-            "--no-report", "--quiet", "--set", f"time_budget_s={args.budget_s}",
+            "--resume", "--no-report", "--quiet", "--set", f"time_budget_s={args.budget_s}",
             *[part for setting in probe.settings for part in ("--set", setting)]]
 
 
