@@ -376,7 +376,8 @@ def main(argv=None) -> int:
             print("\n" + text)
             return text
 
-        states = interrupted(planned, store)  # read once: a checkpoint holds the weights too
+        # Read once, and only for a plan that shows them: a checkpoint holds the weights too (hundreds of MB).
+        states = interrupted(trained, store) if args.resume or args.dry_run else {}
         resumed = states if args.resume else {}
         estimates = training_left(planned, datasets, store, args, resumed, twins) if args.estimate else None
         if args.dry_run:  # run_all's plan (keys, every resolved setting), with the study's lines under each job
