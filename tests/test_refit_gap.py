@@ -19,9 +19,9 @@ SETTINGS = ["--profile", "smoke", "--set", "bprmf:max_epochs=3", "--set", "bprmf
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """BPR-MF on the synthetic data under the protocol, as run_all.py writes it."""
+    """BPR-MF on the synthetic data under the protocol, two seeds, as run_all.py writes it."""
     folder = tmp_path_factory.mktemp("protocol")
-    assert run_all.main(["--models", "bprmf", "--seeds", "0", *SETTINGS, "--quiet", "--no-report",
+    assert run_all.main(["--models", "bprmf", "--seeds", "0", "1", *SETTINGS, "--quiet", "--no-report",
                          "--output", str(folder), "--cache-dir", str(folder / "cache")]) == 0
     return folder
 
@@ -35,17 +35,19 @@ def test_the_refit_trains_on_the_validation_item_for_the_selected_epochs(finishe
         return fit(self, model, train, validate)
 
     monkeypatch.setattr(trainer.Trainer, "fit", recording_fit)
-    assert refit_gap.main(["--dataset", "synthetic", "--models", "bprmf", *SETTINGS, "--protocol-results",
-                           str(finished / "results.jsonl"), "--cache-dir", str(finished / "cache"),
-                           "--checkpoint-dir", str(tmp_path / "checkpoints"), "--output", str(tmp_path)]) == 0
+    assert refit_gap.main(["--dataset", "synthetic", "--models", "bprmf", *SETTINGS, "--seeds", "0", "1",
+                           "--protocol-results", str(finished / "results.jsonl"), "--cache-dir",
+                           str(finished / "cache"), "--checkpoint-dir", str(tmp_path / "checkpoints"),
+                           "--output", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "refit-gap-synthetic-smoke.json").read_text())
-    (row,) = report["rows"]
+    assert report["seeds"] == [0, 1] and [row["seed"] for row in report["rows"]] == [0, 1]
     rows = [json.loads(line) for line in (finished / "results.jsonl").read_text().splitlines()]
-    pop100 = next(r for r in rows if r["protocol"] == "pop100")
-    assert row["protocol_run"]["best_epoch"] == pop100["best_epoch"]  # reused, not retrained
-    assert row["protocol_run"]["metrics"]["pop100"] == pop100["metrics"]
-    (train, validate, epochs), = seen  # one training run: the refit, with nothing to validate on
-    assert validate is None and epochs == pop100["best_epoch"] == row["refit_on_s[:-1]"]["epochs_run"]
+    assert len(seen) == 2  # two training runs, the refits, with nothing to validate on
+    for row, (train, validate, epochs) in zip(report["rows"], seen):
+        pop100 = next(r for r in rows if r["protocol"] == "pop100" and r["seed"] == row["seed"])
+        assert row["protocol_run"]["best_epoch"] == pop100["best_epoch"]  # this seed's row, reused, not retrained
+        assert row["protocol_run"]["metrics"]["pop100"] == pop100["metrics"]
+        assert validate is None and epochs == pop100["best_epoch"] == row["refit_on_s[:-1]"]["epochs_run"]
     data = load_dataset("synthetic", cache_dir=finished / "cache")
     valid = LeaveOneOutSplit(data).valid()
     assert len(train) == len(valid) > 100
@@ -55,7 +57,8 @@ def test_the_refit_trains_on_the_validation_item_for_the_selected_epochs(finishe
         sequence = data.items[data.offsets[user]:data.offsets[user + 1]]
         assert np.array_equal(trained, sequence[:-1])  # the validation item is in, the test item is not
         assert valid.users[row_id] == user and trained[-1] == valid.targets[row_id]
-    assert (tmp_path / "checkpoints" / "synthetic__bprmf__seed0__smoke__refit.pt").exists()
+    for seed in (0, 1):
+        assert (tmp_path / "checkpoints" / f"synthetic__bprmf__seed{seed}__smoke__refit.pt").exists()
 
 
 def test_a_row_trained_with_other_settings_is_refused_in_one_line(finished, tmp_path):

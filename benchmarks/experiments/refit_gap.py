@@ -18,6 +18,11 @@ becomes training data), so it is evidence for a closing note, never a row of a r
     python -m benchmarks.experiments.refit_gap --dataset ml-1m --models bprmf ncf --data-dir DIR
     python -m benchmarks.experiments.refit_gap --dataset ml-1m --models bert4rec --profile converge \\
         --protocol-results results/converge-ml-1m/results.jsonl --checkpoint-dir results/refit --data-dir DIR
+    python -m benchmarks.experiments.refit_gap --dataset beauty --models sasrec --profile converge --seeds 0 1 \\
+        --protocol-results results/converge-beauty/results.jsonl --checkpoint-dir results/refit --data-dir DIR
+
+Each seed's refit is tested on that seed's sampled negatives, as its protocol row was; the file holds one row per
+model and seed.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--models", nargs="+", default=["bprmf"])
     parser.add_argument("--profile", default="paper", help="the settings' profile (default: paper)")
     parser.add_argument("--protocols", nargs="+", default=["pop100", "full"])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="one protocol run and one refit each")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]FIELD=VALUE")
     parser.add_argument("--protocol-results", metavar="RESULTS_JSONL",
                         help="take the protocol runs from this finished results.jsonl instead of training them")
@@ -106,7 +111,6 @@ def main(argv=None) -> int:
     cache = resolve_cache_dir(args.cache_dir)
     data = load_dataset(args.dataset, data_dir=args.data_dir, cache_dir=cache)
     split = LeaveOneOutSplit(data)
-    evaluator = Evaluator(split, seed=args.seed, cache_dir=cache / "negatives")
     test = split.test()
     train_with_valid_item = Histories(test.items, test.offsets, test.users)  # s[:-1]: no target attached
     finished = read_results(Path(args.protocol_results)) if args.protocol_results else None
@@ -114,42 +118,43 @@ def main(argv=None) -> int:
     if checkpoints:
         checkpoints.mkdir(parents=True, exist_ok=True)
 
-    def checkpoint(name: str, run: str) -> Path | None:
+    def checkpoint(name: str, seed: int, run: str) -> Path | None:
         if checkpoints is None:
             return None
-        return checkpoints / f"{args.dataset}__{name}__seed{args.seed}__{args.profile}__{run}.pt"
+        return checkpoints / f"{args.dataset}__{name}__seed{seed}__{args.profile}__{run}.pt"
 
     rows = []
-    for name in args.models:
+    for name, seed in ((name, seed) for name in args.models for seed in args.seeds):
         config = resolve(name, data.name, args.profile, args.overrides)
         settings = config.train
+        evaluator = Evaluator(split, seed=seed, cache_dir=cache / "negatives")  # the seed's negatives, as the worker's
         started = time.perf_counter()
         if finished is not None:
-            protocol_run = finished_protocol_run(finished, name, data.name, args.seed, args.profile, config,
+            protocol_run = finished_protocol_run(finished, name, data.name, seed, args.profile, config,
                                                  args.protocols, args.protocol_results)
         else:
-            valid_users = validation_users(settings.valid_users, data.n_users, args.seed)  # as the worker selects
+            valid_users = validation_users(settings.valid_users, data.n_users, seed)  # as the worker selects
 
             def validate(model):
                 return evaluator.evaluate(model, "valid", settings.valid_protocol, name, valid_users).metrics
 
             protocol_run = train_and_test(name, data, config.model, split.train(), settings, validate, evaluator,
-                                          args.protocols, device, checkpoint(name, "protocol"))
+                                          args.protocols, device, checkpoint(name, seed, "protocol"))
         refit_settings = dataclasses.replace(settings, max_epochs=max(1, protocol_run["best_epoch"]),
                                              max_steps=None, time_budget_s=None, cpu_budget_s=None)
         refit_run = train_and_test(name, data, config.model, train_with_valid_item, refit_settings, None, evaluator,
-                                   args.protocols, device, checkpoint(name, "refit"))
-        rows.append({"model": name, "protocol_run": protocol_run, "refit_on_s[:-1]": refit_run,
+                                   args.protocols, device, checkpoint(name, seed, "refit"))
+        rows.append({"model": name, "seed": seed, "protocol_run": protocol_run, "refit_on_s[:-1]": refit_run,
                      "seconds": round(time.perf_counter() - started, 1)})
         for protocol in args.protocols:
             ours, refit = protocol_run["metrics"][protocol], refit_run["metrics"][protocol]
-            print(f"{name:>8} {protocol:>6}: NDCG@10 {ours['NDCG@10']:.4f} (s[:-2], protocol) -> "
+            print(f"{name:>8} seed {seed} {protocol:>6}: NDCG@10 {ours['NDCG@10']:.4f} (s[:-2], protocol) -> "
                   f"{refit['NDCG@10']:.4f} (refit on s[:-1], {refit_run['epochs_run']} epochs)  "
                   f"HR@10 {ours['HR@10']:.4f} -> {refit['HR@10']:.4f}")
     path = Path(args.output) / f"refit-gap-{args.dataset}-{args.profile}.json"
     write_json(path, {"command": "python -m benchmarks.experiments.refit_gap " + " ".join(argv),
                       "dataset": args.dataset, "dataset_sha256": data.content_sha256(), "profile": args.profile,
-                      "seed": args.seed, "device": describe_device(device), "commit": git_commit(),
+                      "seeds": args.seeds, "device": describe_device(device), "commit": git_commit(),
                       "note": "refit_on_s[:-1] trains on the validation item: outside PROTOCOL.md, evidence only",
                       "rows": rows})
     print(f"written: {path}")
