@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -123,11 +124,14 @@ def main(argv=None) -> int:
             return None
         return checkpoints / f"{args.dataset}__{name}__seed{seed}__{args.profile}__{run}.pt"
 
+    configs = {name: resolve(name, data.name, args.profile, args.overrides) for name in args.models}
+    # one per seed, kept across models (it keeps its views, negatives and exclusions): each seed's negatives, as the
+    # worker tests that seed's protocol row
+    evaluators = {seed: Evaluator(split, seed=seed, cache_dir=cache / "negatives") for seed in args.seeds}
     rows = []
-    for name, seed in ((name, seed) for name in args.models for seed in args.seeds):
-        config = resolve(name, data.name, args.profile, args.overrides)
+    for name, seed in itertools.product(args.models, args.seeds):
+        config, evaluator = configs[name], evaluators[seed]
         settings = config.train
-        evaluator = Evaluator(split, seed=seed, cache_dir=cache / "negatives")  # the seed's negatives, as the worker's
         started = time.perf_counter()
         if finished is not None:
             protocol_run = finished_protocol_run(finished, name, data.name, seed, args.profile, config,
