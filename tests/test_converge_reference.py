@@ -179,3 +179,101 @@ def test_restoring_into_a_folder_whose_results_are_not_json_names_the_line_to_fi
                                          r"line"):
         converge_reference.main(["--restore", str(committed), str(folder)])
     assert (folder / "results.jsonl").read_text().count("\n") == 2  # nothing written over it
+
+
+def _variant(tmp_path, name: str, raise_by: dict, **settings):
+    """A folder holding the committed ML-1m BERT4Rec rows as if run with ``settings`` (hyper-parameters or trainer
+    settings) and each seed's best validation value raised by ``raise_by[seed]``; and the profile's best values."""
+    import json
+
+    from benchmarks.experiments import converge_reference
+    from recbench.benchmarks.store import ResultStore
+
+    committed = json.loads((converge_reference.ROOT / "results" / "reference" / "converge-ml-1m.json").read_text())
+    rows, profile = [], {}
+    for row in committed["rows"]:
+        if row["model"] != "bert4rec" or row["seed"] not in raise_by:
+            continue
+        profile[row["seed"]] = row["best_valid"]
+        model = {k: v for k, v in settings.items() if k in row["hyperparameters"]}
+        train = {k: v for k, v in settings.items() if k in row["train_settings"]}
+        rows.append(dict(row, key=row["key"] + name, hyperparameters={**row["hyperparameters"], **model},
+                         train_settings={**row["train_settings"], **train},
+                         best_valid=row["best_valid"] + raise_by[row["seed"]]))
+    start = {"event": "start", "time": "2026-11-28T00:00:00+00:00", "command": ["run_all.py", "--set", name],
+             "commit": "c0ffee", "jobs": [{"key": row["key"], "run_id": row["run_id"], "action": "run"}
+                                          for row in rows if row["protocol"] == "full"]}
+    ResultStore(tmp_path / name).adopt(rows, [start])
+    return tmp_path / name, {seed: profile[seed] for seed in sorted(profile)}
+
+
+def _restored_ml_1m(tmp_path):
+    from benchmarks.experiments import converge_reference
+
+    folder = tmp_path / "converge-ml-1m"
+    converge_reference.main(["--restore", str(converge_reference.ROOT / "results" / "reference" /
+                                              "converge-ml-1m.json"), str(folder)])
+    return folder
+
+
+def test_settings_validation_chooses_are_a_row_of_their_own_labelled_and_checked_again_later(tmp_path):
+    import json
+
+    from benchmarks.experiments import converge_reference
+
+    profile_folder = _restored_ml_1m(tmp_path)
+    variant, profile = _variant(tmp_path, "dropout", {0: 0.004, 1: -0.002}, dropout=0.1, attention_dropout=0.1)
+    output = tmp_path / "reference"
+    assert converge_reference.main([str(profile_folder), "--chosen-on-validation", str(variant),
+                                    "--output", str(output)]) == 0
+    written = json.loads((output / "chosen-on-validation-ml-1m.json").read_text())
+    choice = written["chosen_on_validation"]["bert4rec"]
+    assert choice["settings"] == {"dropout": 0.1, "attention_dropout": 0.1}
+    assert choice["seeds"] == [0, 1]
+    assert choice["profile_mean_best_valid"] == round((profile[0] + profile[1]) / 2, 4)
+    assert choice["mean_best_valid"] == round((profile[0] + 0.004 + profile[1] - 0.002) / 2, 4)  # +.001: chosen
+    assert len(written["rows"]) == 4 and written["invocations"][0]["command"] == "python run_all.py --set dropout"
+    table = converge_reference.table_lines((output / "converge" / "reproduced.md").read_text())
+    models = [line.split("|")[2].strip() for line in table[2:]]
+    assert models[-2:] == ["BERT4Rec", "BERT4Rec, dropout 0.1, attention dropout 0.1"]
+    assert "Table 5 (default)" in table[-1]  # held against the same published row as the profile's BERT4Rec
+
+    # rewriting the profile's reference keeps the row chosen before, checked again against the profile's rows ...
+    assert converge_reference.main([str(profile_folder), "--output", str(output)]) == 0
+    assert (converge_reference.table_lines((output / "converge" / "reproduced.md").read_text())[-1]
+            == table[-1])
+    # ... and a profile whose rows now validate better refuses it in one line, writing nothing
+    better = tmp_path / "better"
+    better.mkdir()
+    (better / "results.jsonl").write_text("".join(
+        json.dumps(dict(row, best_valid=row["best_valid"] + 0.01) if row["model"] == "bert4rec" else row) + "\n"
+        for row in map(json.loads, (profile_folder / "results.jsonl").read_text().splitlines())))
+    (better / "manifest.jsonl").write_text((profile_folder / "manifest.jsonl").read_text())
+    before = (output / "converge-ml-1m.json").read_text()
+    with pytest.raises(SystemExit, match=r"chosen-on-validation-ml-1m.json: bert4rec: mean best validation NDCG@10 "
+                                         r"under full 0\.\d{4} over seeds \[0, 1\] against the profile's 0\.\d{4}; "
+                                         r"validation keeps the profile's settings"):
+        converge_reference.main([str(better), "--output", str(output)])
+    assert (output / "converge-ml-1m.json").read_text() == before
+
+
+@pytest.mark.parametrize("raise_by, settings, refusal", [
+    ({0: 0.002, 1: -0.003}, {"dropout": 0.1}, r"variant: bert4rec: mean best validation NDCG@10 under full 0\.\d{4} "
+                                              r"over seeds \[0, 1\] against the profile's 0\.\d{4}; validation keeps"),
+    ({0: 0.01}, {"dropout": 0.1}, r"variant: bert4rec: seeds \[0\] against the profile row's \[0, 1\]; run the "
+                                  r"profile row's seeds"),
+    ({0: 0.01, 1: 0.01}, {"dropout": 0.1, "max_len": 100},
+     r"variant: bert4rec: settings other than the profile's \['dropout', 'max_len'\]; a row chosen on validation "
+     r"differs from the profile only in dropout, attention_dropout, weight_decay"),
+    ({0: 0.01, 1: 0.01}, {}, r"variant: bert4rec: settings other than the profile's none"),
+])
+def test_a_variant_validation_does_not_choose_is_refused_in_one_line_before_anything_is_written(
+        tmp_path, raise_by, settings, refusal):
+    from benchmarks.experiments import converge_reference
+
+    profile_folder = _restored_ml_1m(tmp_path)
+    variant, _ = _variant(tmp_path, "variant", raise_by, **settings)
+    with pytest.raises(SystemExit, match=refusal):
+        converge_reference.main([str(profile_folder), "--chosen-on-validation", str(variant),
+                                 "--output", str(tmp_path / "reference")])
+    assert not (tmp_path / "reference").exists()

@@ -18,6 +18,17 @@ and BERT4Rec (the report's curve figure). A folder of bf16 rows, or of rows trai
 profile's (a diagnosis run's ``--set``), is refused in one line, so that it never overwrites the reference of the
 profile's own runs.
 
+The paper chose dropout and the ℓ2 weight on validation (§4.3) while the profile keeps the authors' configuration. A
+folder of converge runs that differ from the profile only there (``--set bert4rec:dropout=0.1`` and the like) becomes
+a row of its own, labelled with its settings, under ``--chosen-on-validation FOLDER``, and only where validation
+chooses it: its mean best validation NDCG@10 is above the profile row's over the same seeds (every seed of the profile
+row, each run to its end). Otherwise it is refused in one line with both means. Its rows go to
+``results/reference/chosen-on-validation-<dataset>.json``, and the rule is checked again against the profile's
+current rows whenever the table is written:
+
+    python -m benchmarks.experiments.converge_reference results/converge-ml-1m \\
+        --chosen-on-validation results/probe-ml-1m-dropout
+
 The results folders are git-ignored and the reference files are what a clone has. ``--restore`` turns a reference file
 back into the folder it was written from (its rows and the manifest lines of its invocations; per-user files and
 checkpoints are not in it), into an empty folder or one where a run has started without finishing a job, so that a
@@ -46,7 +57,7 @@ from recbench.reports import names
 from recbench.reports.figures import curve_figures
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, write_table
-from recbench.reports.results import ResultsError, ResultSet, load_results, settings_differing
+from recbench.reports.results import ResultsError, ResultSet, load_results, row_settings, settings_differing
 from recbench.reports.stats import summarize
 from recbench.reports.tables import label, published_anchor, value_cell
 
@@ -54,6 +65,14 @@ ROOT = Path(__file__).resolve().parents[2]
 TRANSFORMERS = ("sasrec", "sasrec-ce", "bert4rec")
 METRICS = ("NDCG@10", "HR@10")
 CONVERGED = "early stopping"
+# What the paper tuned on validation (§4.3: dropout and the ℓ2 weight; also d, which the profile keeps at the authors'
+# 64, the d of Table 5's rows): the settings in which a row chosen on validation may differ from the profile's.
+VALIDATION_GRID = ("dropout", "attention_dropout", "weight_decay")
+
+
+def chosen_path(folder: Path, dataset: str) -> Path:
+    """The reference file of ``dataset``'s rows chosen on validation (``--chosen-on-validation``) in ``folder``."""
+    return Path(folder) / f"chosen-on-validation-{dataset}.json"
 
 
 def invocations(folder: Path, keys: set[str]) -> list[dict]:
@@ -124,6 +143,48 @@ def settings_off_profile(row, dataset: str) -> list[str]:
             if name != "precision"]
 
 
+def chosen_settings(rows: list, dataset: str) -> dict:
+    """The settings, off the converge profile's, with which every seed of one model in ``rows`` ran; ValueError
+    (its one line) where there are none, where one lies outside :data:`VALIDATION_GRID` or where seeds differ."""
+    runs = [row for row in rows if row.protocol == "full"]
+    model = runs[0].model
+    found = {tuple((name, row_settings(row.raw)[name]) for name in settings_off_profile(row, dataset))
+             for row in runs}
+    if len(found) != 1:
+        raise ValueError(f"{model}: its seeds ran with different settings ({sorted(map(dict, found), key=str)}); "
+                         f"one setting of the grid per folder")
+    settings = dict(found.pop())
+    if not settings or set(settings) - set(VALIDATION_GRID):
+        raise ValueError(f"{model}: settings other than the profile's {sorted(settings) or 'none'}; a row chosen on "
+                         f"validation differs from the profile only in {', '.join(VALIDATION_GRID)} (the paper's "
+                         f"validation grid, §4.3)")
+    return {name: settings[name] for name in VALIDATION_GRID if name in settings}
+
+
+def validation_choice(variant: list, profile: list) -> dict:
+    """The rule a row chosen on validation passes: over the seeds of the profile's row (``profile``, its rows of one
+    model), the variant (``variant``: rows of the same model and seeds) has the higher mean best validation value,
+    each seed's ``best_valid`` at the end of its run. ValueError (its one line) where the seeds differ or it does
+    not; else both means and each seed's value."""
+    ours = {row.seed: row.get("best_valid") for row in variant if row.protocol == "full"}
+    theirs = {row.seed: row.get("best_valid") for row in profile if row.protocol == "full"}
+    model, metric = variant[0].model, variant[0].get("valid_metric", "the validation metric")
+    if not theirs:
+        raise ValueError(f"{model}: the profile has no row of it on this dataset to be chosen over")
+    if sorted(ours) != sorted(theirs):
+        raise ValueError(f"{model}: seeds {sorted(ours)} against the profile row's {sorted(theirs)}; run the "
+                         f"profile row's seeds, so that both are compared over the same ones")
+    mean, profile_mean = float(np.mean(list(ours.values()))), float(np.mean(list(theirs.values())))
+    choice = {"valid_metric": metric, "seeds": sorted(ours), "mean_best_valid": round(mean, 4),
+              "profile_mean_best_valid": round(profile_mean, 4),
+              "best_valid": {seed: round(value, 4) for seed, value in sorted(ours.items())},
+              "profile_best_valid": {seed: round(value, 4) for seed, value in sorted(theirs.items())}}
+    if not mean > profile_mean:
+        raise ValueError(f"{model}: mean best validation {metric} {mean:.4f} over seeds {sorted(ours)} against the "
+                         f"profile's {profile_mean:.4f}; validation keeps the profile's settings")
+    return choice
+
+
 def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:
     """The published value ``row`` is held against and the paper's table and row that hold it; "not in the paper"
     for a model the paper has no row of on any dataset (LSTM, SASRec-CE), so that it is not labelled Table 2."""
@@ -138,36 +199,47 @@ def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:
     return value, f"{table}{f' ({variant})' if variant else ''}"
 
 
-def reproduced_table(results: list[ResultSet], published: list) -> Table:
-    """Every model of every folder: ours against the paper on pop100, our full ranking, and convergence."""
+def table_row(rows: list, published: list, model_label: str) -> list[Cell]:
+    """One model of one dataset over its seeds (``rows``, both protocols): ours against the paper on pop100, our
+    full ranking, best epochs, hours and convergence."""
+    pop100 = [row for row in rows if row.protocol == "pop100"]
+    full = [row for row in rows if row.protocol == "full"]
+    cells = [label(names.dataset_name(pop100[0].dataset)), label(model_label), Cell(str(len(pop100)), len(pop100))]
+    source = ""
+    for metric in METRICS:
+        ours = summarize(pop100, metric)
+        paper, where = paper_value(pop100[0], published, metric)
+        source = source or where
+        ratio = ours.mean / paper if ours is not None and paper else None
+        cells += [value_cell(ours), Cell(fmt(paper), paper), Cell(f"{ratio:.2f}" if ratio is not None else "–", ratio)]
+    summary = model_summary(rows)
+    epochs = [summary["best_epoch"][seed] for seed in summary["seeds"]]
+    hours = list(summary["train_hours"].values())
+    return cells + [value_cell(summarize(full, "NDCG@10")), label(source),
+                    Cell("/".join(str(e) for e in epochs), float(np.mean(epochs)) if epochs else None),
+                    Cell(f"{np.mean(hours):.1f}" if hours else "–", float(np.mean(hours)) if hours else None),
+                    label({None: "no training", True: "yes"}.get(summary["converged"], "no: " + ", ".join(
+                        sorted({str(s) for s in summary["stopped_by"].values()}))))]
+
+
+def reproduced_table(results: list[ResultSet], published: list, chosen: dict[str, ResultSet] | None = None) -> Table:
+    """Every model of every folder: ours against the paper on pop100, our full ranking, and convergence; after
+    each dataset's profile rows, its rows chosen on validation (``chosen``: {dataset: their results}), labelled
+    with their settings."""
     table_rows, breaks = [], set()
     for result in results:
         breaks.add(len(table_rows))
+        dataset = result.values("dataset").pop()
         for model in names.order_models(result.values("model")):
             rows = result.select(model=model, study="main")
-            pop100 = [row for row in rows if row.protocol == "pop100"]
-            full = [row for row in rows if row.protocol == "full"]
-            if not pop100:
-                continue
-            cells = [label(names.dataset_name(pop100[0].dataset)), label(names.model_name(model)),
-                     Cell(str(len(pop100)), len(pop100))]
-            source = ""
-            for metric in METRICS:
-                ours = summarize(pop100, metric)
-                paper, where = paper_value(pop100[0], published, metric)
-                source = source or where
-                ratio = ours.mean / paper if ours is not None and paper else None
-                cells += [value_cell(ours), Cell(fmt(paper), paper),
-                          Cell(f"{ratio:.2f}" if ratio is not None else "–", ratio)]
-            summary = model_summary(rows)
-            epochs = [summary["best_epoch"][seed] for seed in summary["seeds"]]
-            hours = list(summary["train_hours"].values())
-            cells += [value_cell(summarize(full, "NDCG@10")), label(source),
-                      Cell("/".join(str(e) for e in epochs), float(np.mean(epochs)) if epochs else None),
-                      Cell(f"{np.mean(hours):.1f}" if hours else "–", float(np.mean(hours)) if hours else None),
-                      label({None: "no training", True: "yes"}.get(summary["converged"], "no: " + ", ".join(
-                          sorted({str(s) for s in summary["stopped_by"].values()}))))]
-            table_rows.append(cells)
+            if any(row.protocol == "pop100" for row in rows):
+                table_rows.append(table_row(rows, published, names.model_name(model)))
+        variants = (chosen or {}).get(dataset)
+        for model in names.order_models(variants.values("model")) if variants else ():
+            rows = variants.select(model=model, study="main")
+            settings = ", ".join(f"{name.replace('_', ' ')} {value}"
+                                 for name, value in chosen_settings(rows, dataset).items())
+            table_rows.append(table_row(rows, published, f"{names.model_name(model)}, {settings}"))
     notes = ["Ours: test metrics, mean ± std over the seeds (n), converge profile (models/fidelity.md), the "
              "precision each file records; paper: Sun et al. (2019), the row each of ours is held against "
              "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only; the others: Table 2); "
@@ -175,6 +247,10 @@ def reproduced_table(results: list[ResultSet], published: list) -> Table:
              "pop100: 100 negatives sampled by popularity, the paper's protocol; full: every item ranked. "
              "Best epoch per seed; training hours on 2 CPU cores, one thread per job. Converged: early stopping "
              "on validation NDCG@10 ended every seed."]
+    if chosen:
+        notes.append("A model named with settings ran the profile with those settings, chosen on validation as the "
+                     "paper chose dropout and the ℓ2 weight (§4.3): its mean best validation NDCG@10 was above the "
+                     "profile row's over the same seeds (chosen-on-validation-<dataset>.json).")
     return Table("reproduced", "Reproduced here: the converge profile against the paper",
                  ["Dataset", "Model", "Seeds", "NDCG@10", "Paper", "Ratio", "HR@10", "Paper", "Ratio",
                   "Full NDCG@10", "Paper row", "Best epoch", "Hours", "Converged"],
@@ -225,62 +301,120 @@ def update_readme(readme: Path, table_md: Path) -> None:
     write_atomic(readme, text[:heading] + text[heading:].replace(old, "\n".join(table_lines(table_md.read_text())), 1))
 
 
+def load_converge(folder: Path) -> tuple[str, ResultSet]:
+    """The dataset and results of a folder of converge-profile fp32 runs of one dataset; SystemExit (its one line)
+    for anything else."""
+    try:
+        result = load_results(folder)
+    except ResultsError as error:
+        sys.exit(str(error))
+    datasets = result.values("dataset")
+    profiles = {result.profile(row) for row in result.rows}
+    if len(datasets) != 1 or profiles != {"converge"}:
+        sys.exit(f"{folder}: expected the rows of one dataset under --profile converge, found datasets "
+                 f"{sorted(datasets)} and profiles {sorted(map(str, profiles))}")
+    if {row.get("precision") for row in result.rows} - {"fp32", None}:
+        sys.exit(f"{folder}: holds bf16 rows; the reproduction's reference files are the fp32 runs, and "
+                 f"python -m benchmarks.experiments.precision_quality compares a bf16 folder with them")
+    return datasets.pop(), result
+
+
+def check_chosen(variants: ResultSet, profile: ResultSet, dataset: str, source: Path) -> dict:
+    """{model: its validation choice} for every model of ``variants`` against the profile's rows of ``dataset``;
+    SystemExit (its one line, naming ``source``) where one is not chosen."""
+    choices = {}
+    for model in names.order_models(variants.values("model")):
+        rows = variants.select(model=model, study="main")
+        try:
+            choices[model] = {"settings": chosen_settings(rows, dataset),
+                              **validation_choice(rows, profile.select(model=model, study="main"))}
+        except ValueError as error:
+            sys.exit(f"{source}: {error}")
+    return choices
+
+
+def write_reference(path: Path, dataset: str, folder: Path, command: str, result: ResultSet, **extra) -> int:
+    """Write one reference file (see the module's docstring) of ``result``, read from ``folder``; its model count."""
+    keys = {row.get("key") for row in result.rows}
+    summaries = [model_summary(result.select(model=model, study="main"))
+                 for model in names.order_models(result.values("model"))]
+    write_atomic(path, json.dumps({
+        "dataset": dataset, "profile": "converge", "folder": str(folder), "command": command, **extra,
+        "invocations": invocations(folder, keys), "summary": summaries,
+        "rows": [row.raw for row in result.rows]}, indent=1) + "\n")
+    print(f"written: {path} ({len(summaries)} models)")
+    return len(summaries)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folders", nargs="+", type=Path, help="results folders of run_all.py --profile converge")
+    parser.add_argument("folders", nargs="*", type=Path, help="results folders of run_all.py --profile converge")
+    parser.add_argument("--chosen-on-validation", dest="chosen", type=Path, action="append", default=[],
+                        metavar="FOLDER", help="a folder of converge runs that differ from the profile only in "
+                        "dropout or weight decay: a row of its own where validation chooses it (see above)")
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "reference")
     parser.add_argument("--restore", type=Path, metavar="REFERENCE",
                         help="write the one folder given from this reference file instead (see above)")
     args = parser.parse_args(argv)
     if args.restore is not None:
-        if len(args.folders) != 1:
-            parser.error("--restore writes one folder: pass exactly one")
+        if len(args.folders) != 1 or args.chosen:
+            parser.error("--restore writes one folder: pass exactly one, and no --chosen-on-validation")
         rows = restore(args.restore, args.folders[0])
         print(f"restored: {args.folders[0]} ({rows} rows from {args.restore})")
         return 0
+    if not args.folders and not args.chosen:
+        parser.error("pass the results folders to write references of")
+    command = "python -m benchmarks.experiments.converge_reference " + " ".join(
+        [*map(str, args.folders), *(f"--chosen-on-validation {folder}" for folder in args.chosen)])
     published, _ = load_published()
-    loaded = {}  # dataset: its results
+    loaded, chosen = {}, {}  # dataset: its profile results; dataset: its results chosen on validation
     for folder in args.folders:
-        try:
-            result = load_results(folder)
-        except ResultsError as error:
-            sys.exit(str(error))
-        datasets = result.values("dataset")
-        profiles = {result.profile(row) for row in result.rows}
-        if len(datasets) != 1 or profiles != {"converge"}:
-            sys.exit(f"{folder}: expected the rows of one dataset under --profile converge, found datasets "
-                     f"{sorted(datasets)} and profiles {sorted(map(str, profiles))}")
-        if {row.get("precision") for row in result.rows} - {"fp32", None}:
-            sys.exit(f"{folder}: holds bf16 rows; the reproduction's reference files are the fp32 runs, and "
-                     f"python -m benchmarks.experiments.precision_quality compares a bf16 folder with them")
-        dataset = datasets.pop()
+        dataset, result = load_converge(folder)
         differing = sorted(f"{row.model} seed {row.seed}: {', '.join(fields)}" for row in result.rows
                            if row.protocol == "full" and (fields := settings_off_profile(row, dataset)))
         if differing:
             sys.exit(f"{folder}: rows trained with settings other than the converge profile's ({'; '.join(differing)});"
-                     f" the reproduction's reference files hold the profile's own runs")
-        keys = {row.get("key") for row in result.rows}
-        summaries = [model_summary(result.select(model=model, study="main"))
-                     for model in names.order_models(result.values("model"))]
-        write_atomic(reference_path(args.output, dataset), json.dumps({
-            "dataset": dataset, "profile": "converge", "folder": str(folder),
-            "command": f"python -m benchmarks.experiments.converge_reference {' '.join(map(str, args.folders))}",
-            "invocations": invocations(folder, keys), "summary": summaries,
-            "rows": [row.raw for row in result.rows]}, indent=1) + "\n")
-        print(f"written: {reference_path(args.output, dataset)} ({len(summaries)} models)")
+                     f" the reproduction's reference files hold the profile's own runs (a row whose dropout or weight"
+                     f" decay validation chose: --chosen-on-validation)")
         loaded[dataset] = result
-        transformers = ResultSet(result.folder, result.select(model=TRANSFORMERS), result.config)
-        for figure in curve_figures(transformers, args.output / "converge").figures:
-            print(f"written: {', '.join(map(str, figure.paths))}")
-    # the table covers every dataset with a reference file, not only the folders given
-    others = {dataset: path for dataset, path in reference_paths(args.output).items()
-              if dataset in names.DATASETS and dataset not in loaded}
     with tempfile.TemporaryDirectory() as scratch:
+        # the profile's rows of every dataset with a reference file, not only the folders given: the table covers
+        # them all, and a row chosen on validation is checked against them
+        others = {dataset: path for dataset, path in reference_paths(args.output).items()
+                  if dataset in names.DATASETS and dataset not in loaded}
+        profiles = dict(loaded)
         for dataset, path in others.items():
             restore(path, Path(scratch) / path.stem)
-            loaded[dataset] = load_results(Path(scratch) / path.stem)
-        ordered = [loaded[dataset] for dataset in names.order_datasets(loaded)]
-        md, tex = write_table(reproduced_table(ordered, published), args.output / "converge")
+            profiles[dataset] = load_results(Path(scratch) / path.stem)
+        given = {}  # dataset: (folder, results) of --chosen-on-validation
+        for folder in args.chosen:
+            dataset, result = load_converge(folder)
+            if dataset in given:
+                sys.exit(f"{folder}: a second --chosen-on-validation folder of {dataset} (the first: "
+                         f"{given[dataset][0]}); pass the one folder of the settings validation chose")
+            if dataset not in profiles:
+                sys.exit(f"{folder}: no profile rows of {dataset} to be chosen over; pass its converge folder too")
+            given[dataset] = folder, result
+        for path in sorted(Path(args.output).glob(chosen_path("", "*").name)):  # rows chosen before: checked again
+            dataset = path.stem.removeprefix(chosen_path("", "").stem)
+            if dataset not in given and dataset in profiles:
+                restore(path, Path(scratch) / path.stem)
+                chosen[dataset] = load_results(Path(scratch) / path.stem)
+                check_chosen(chosen[dataset], profiles[dataset], dataset, path)
+        choices = {dataset: check_chosen(result, profiles[dataset], dataset, folder)
+                   for dataset, (folder, result) in given.items()}  # every folder checked before any file is written
+        for dataset, result in loaded.items():
+            folder = result.folder
+            write_reference(reference_path(args.output, dataset), dataset, folder, command, result)
+            transformers = ResultSet(result.folder, result.select(model=TRANSFORMERS), result.config)
+            for figure in curve_figures(transformers, args.output / "converge").figures:
+                print(f"written: {', '.join(map(str, figure.paths))}")
+        for dataset, (folder, result) in given.items():
+            write_reference(chosen_path(args.output, dataset), dataset, folder, command, result,
+                            chosen_on_validation=choices[dataset])
+            chosen[dataset] = result
+        ordered = [profiles[dataset] for dataset in names.order_datasets(profiles)]
+        md, tex = write_table(reproduced_table(ordered, published, chosen), args.output / "converge")
     print(f"written: {md}, {tex}" + (f" (with {', '.join(path.name for path in others.values())})" if others else ""))
     if args.output.resolve() == (ROOT / "results" / "reference").resolve():
         update_readme(ROOT / "README.md", md)
