@@ -220,6 +220,7 @@ def test_settings_validation_chooses_are_a_row_of_their_own_labelled_and_checked
     import json
 
     from benchmarks.experiments import converge_reference
+    from recbench.reports.results import load_results
 
     profile_folder = _restored_ml_1m(tmp_path)
     variant, profile = _variant(tmp_path, "dropout", {0: 0.004, 1: -0.002}, dropout=0.1, attention_dropout=0.1)
@@ -237,6 +238,13 @@ def test_settings_validation_chooses_are_a_row_of_their_own_labelled_and_checked
     models = [line.split("|")[2].strip() for line in table[2:]]
     assert models[-2:] == ["BERT4Rec", "BERT4Rec, dropout 0.1, attention dropout 0.1"]
     assert "Table 5 (default)" in table[-1]  # held against the same published row as the profile's BERT4Rec
+    # its curves are drawn beside the profile's Transformers, under its own name, also when it alone is given
+    curves = converge_reference.transformer_curves(load_results(profile_folder), load_results(variant), "ml-1m")
+    assert {row.model for row in curves.rows} == {"sasrec", "sasrec-ce", "bert4rec",
+                                                  "BERT4Rec, dropout 0.1, attention dropout 0.1"}
+    (output / "converge" / "curves_ml-1m.png").unlink()
+    assert converge_reference.main(["--chosen-on-validation", str(variant), "--output", str(output)]) == 0
+    assert (output / "converge" / "curves_ml-1m.png").exists()
 
     # rewriting the profile's reference keeps the row chosen before, checked again against the profile's rows ...
     assert converge_reference.main([str(profile_folder), "--output", str(output)]) == 0

@@ -14,9 +14,9 @@ beside the published row each is held against (the report's own rule, :func:`rep
 5's default row for BERT4Rec at d = 64, Table 2 otherwise) and their ratio, our full-ranking NDCG@10, and whether
 early stopping ended every seed (a run that a budget or a cap ended has not converged, and the table says so).
 ``converge/curves_<dataset>.png`` draws validation NDCG@10 against epochs and training seconds for SASRec, SASRec-CE
-and BERT4Rec (the report's curve figure). A folder of bf16 rows, or of rows trained with settings other than the
-profile's (a diagnosis run's ``--set``), is refused in one line, so that it never overwrites the reference of the
-profile's own runs.
+and BERT4Rec (the report's curve figure), with the rows chosen on validation (below) beside them. A folder of bf16
+rows, or of rows trained with settings other than the profile's (a diagnosis run's ``--set``), is refused in one
+line, so that it never overwrites the reference of the profile's own runs.
 
 The paper chose dropout and the ℓ2 weight on validation (§4.3) while the profile keeps the authors' configuration. A
 folder of converge runs that differ from the profile only there (``--set bert4rec:dropout=0.1`` and the like) becomes
@@ -44,6 +44,7 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,23 @@ def chosen_settings(rows: list, dataset: str) -> dict:
     return {name: settings[name] for name in VALIDATION_GRID if name in settings}
 
 
+def chosen_label(rows: list, dataset: str) -> str:
+    """How the table and the curves name one model's rows chosen on validation: the model and its settings."""
+    settings = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in chosen_settings(rows, dataset).items())
+    return f"{names.model_name(rows[0].model)}, {settings}"
+
+
+def transformer_curves(profile: ResultSet, chosen: ResultSet | None, dataset: str) -> ResultSet:
+    """The rows whose validation curves ``converge/curves_<dataset>`` draws: the profile's Transformers and, beside
+    them, the Transformers chosen on validation, each renamed to its label (:func:`chosen_label`) so that the
+    figure gives it a line colour and legend entry of its own, as it does a user's model."""
+    rows = profile.select(model=TRANSFORMERS)
+    for model in sorted(chosen.values("model") & set(TRANSFORMERS)) if chosen else ():
+        variant = chosen.select(model=model, study="main")
+        rows += [replace(row, model=chosen_label(variant, dataset)) for row in variant]
+    return ResultSet(profile.folder, rows, profile.config)
+
+
 def validation_choice(variant: list, profile: list) -> dict:
     """The rule a row chosen on validation passes: over the seeds of the profile's row (``profile``, its rows of one
     model), the variant (``variant``: rows of the same model and seeds) has the higher mean best validation value,
@@ -237,9 +255,7 @@ def reproduced_table(results: list[ResultSet], published: list, chosen: dict[str
         variants = (chosen or {}).get(dataset)
         for model in names.order_models(variants.values("model")) if variants else ():
             rows = variants.select(model=model, study="main")
-            settings = ", ".join(f"{name.replace('_', ' ')} {value}"
-                                 for name, value in chosen_settings(rows, dataset).items())
-            table_rows.append(table_row(rows, published, f"{names.model_name(model)}, {settings}"))
+            table_rows.append(table_row(rows, published, chosen_label(rows, dataset)))
     notes = ["Ours: test metrics, mean ± std over the seeds (n), converge profile (models/fidelity.md), the "
              "precision each file records; paper: Sun et al. (2019), the row each of ours is held against "
              "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only; the others: Table 2); "
@@ -404,15 +420,15 @@ def main(argv=None) -> int:
         choices = {dataset: check_chosen(result, profiles[dataset], dataset, folder)
                    for dataset, (folder, result) in given.items()}  # every folder checked before any file is written
         for dataset, result in loaded.items():
-            folder = result.folder
-            write_reference(reference_path(args.output, dataset), dataset, folder, command, result)
-            transformers = ResultSet(result.folder, result.select(model=TRANSFORMERS), result.config)
-            for figure in curve_figures(transformers, args.output / "converge").figures:
-                print(f"written: {', '.join(map(str, figure.paths))}")
+            write_reference(reference_path(args.output, dataset), dataset, result.folder, command, result)
         for dataset, (folder, result) in given.items():
             write_reference(chosen_path(args.output, dataset), dataset, folder, command, result,
                             chosen_on_validation=choices[dataset])
             chosen[dataset] = result
+        for dataset in names.order_datasets(loaded.keys() | given.keys()):
+            curves = transformer_curves(profiles[dataset], chosen.get(dataset), dataset)
+            for figure in curve_figures(curves, args.output / "converge").figures:
+                print(f"written: {', '.join(map(str, figure.paths))}")
         ordered = [profiles[dataset] for dataset in names.order_datasets(profiles)]
         md, tex = write_table(reproduced_table(ordered, published, chosen), args.output / "converge")
     print(f"written: {md}, {tex}" + (f" (with {', '.join(path.name for path in others.values())})" if others else ""))
