@@ -152,9 +152,11 @@ def test_the_time_left_counts_a_resumed_jobs_earlier_sessions_and_guesses_nothin
     assert code == 0 and [line.split()[1] for line in lines] == [
         "synthetic/sasrec/seed0", "synthetic/sasrec/seed1", "synthetic/bprmf/seed0", "synthetic/bprmf/seed1"]
     assert lines[0].endswith(")")  # nothing timed yet: no guess
-    # sasrec seed 0 took an hour over its two sessions, so its seed 1 is expected to; BPR-MF is not timed yet
-    assert re.search(r", about 6\d\.\d min left for the 1 job of models timed so far, 2 more of models not yet "
-                     r"timed$", lines[1]), lines[1]
+    # sasrec seed 0 took an hour over its two sessions (and the seconds both really trained, which a busy machine
+    # stretches), so its seed 1 is expected to; BPR-MF is not timed yet
+    left = re.search(r", about (\d+\.\d) min left for the 1 job of models timed so far, 2 more of models not yet "
+                     r"timed$", lines[1])
+    assert left and float(left.group(1)) >= 60.0, lines[1]
     assert re.search(r", about \d+ s left$", lines[3]), lines[3]  # every model timed: the estimate alone
 
 
