@@ -349,8 +349,8 @@ def check_chosen(variants: ResultSet, profile: ResultSet, dataset: str, source: 
     return choices
 
 
-def write_reference(path: Path, dataset: str, folder: Path, command: str, result: ResultSet, **extra) -> int:
-    """Write one reference file (see the module's docstring) of ``result``, read from ``folder``; its model count."""
+def write_reference(path: Path, dataset: str, folder: Path, command: str, result: ResultSet, **extra) -> None:
+    """Write one reference file (see the module's docstring) of ``result``, read from ``folder``."""
     keys = {row.get("key") for row in result.rows}
     summaries = [model_summary(result.select(model=model, study="main"))
                  for model in names.order_models(result.values("model"))]
@@ -359,7 +359,6 @@ def write_reference(path: Path, dataset: str, folder: Path, command: str, result
         "invocations": invocations(folder, keys), "summary": summaries,
         "rows": [row.raw for row in result.rows]}, indent=1) + "\n")
     print(f"written: {path} ({len(summaries)} models)")
-    return len(summaries)
 
 
 def main(argv=None) -> int:
