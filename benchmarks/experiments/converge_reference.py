@@ -248,14 +248,12 @@ def reproduced_table(results: list[ResultSet], published: list, chosen: dict[str
     for result in results:
         breaks.add(len(table_rows))
         dataset = result.values("dataset").pop()
-        for model in names.order_models(result.values("model")):
-            rows = result.select(model=model, study="main")
-            if any(row.protocol == "pop100" for row in rows):
-                table_rows.append(table_row(rows, published, names.model_name(model)))
-        variants = (chosen or {}).get(dataset)
-        for model in names.order_models(variants.values("model")) if variants else ():
-            rows = variants.select(model=model, study="main")
-            table_rows.append(table_row(rows, published, chosen_label(rows, dataset)))
+        for source, label_of in ((result, lambda rows: names.model_name(rows[0].model)),
+                                 ((chosen or {}).get(dataset), lambda rows: chosen_label(rows, dataset))):
+            for model in names.order_models(source.values("model")) if source else ():
+                rows = source.select(model=model, study="main")
+                if any(row.protocol == "pop100" for row in rows):
+                    table_rows.append(table_row(rows, published, label_of(rows)))
     notes = ["Ours: test metrics, mean ± std over the seeds (n), converge profile (models/fidelity.md), the "
              "precision each file records; paper: Sun et al. (2019), the row each of ours is held against "
              "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only; the others: Table 2); "
