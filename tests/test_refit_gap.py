@@ -39,7 +39,7 @@ def test_the_refit_trains_on_the_validation_item_for_the_selected_epochs(finishe
                            "--protocol-results", str(finished / "results.jsonl"), "--cache-dir",
                            str(finished / "cache"), "--checkpoint-dir", str(tmp_path / "checkpoints"),
                            "--output", str(tmp_path)]) == 0
-    report = json.loads((tmp_path / "refit-gap-synthetic-smoke.json").read_text())
+    report = json.loads((tmp_path / "refit-gap-synthetic-smoke-bprmf.json").read_text())
     assert report["seeds"] == [0, 1] and [row["seed"] for row in report["rows"]] == [0, 1]
     rows = [json.loads(line) for line in (finished / "results.jsonl").read_text().splitlines()]
     assert len(seen) == 2  # two training runs, the refits, with nothing to validate on

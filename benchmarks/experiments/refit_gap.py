@@ -21,8 +21,9 @@ becomes training data), so it is evidence for a closing note, never a row of a r
     python -m benchmarks.experiments.refit_gap --dataset beauty --models sasrec --profile converge --seeds 0 1 \\
         --protocol-results results/converge-beauty/results.jsonl --checkpoint-dir results/refit --data-dir DIR
 
-Each seed's refit is tested on that seed's sampled negatives, as its protocol row was; the file holds one row per
-model and seed.
+Each seed's refit is tested on that seed's sampled negatives, as its protocol row was; the file,
+``refit-gap-DATASET-PROFILE-MODELS.json``, holds one row per model and seed, and names the models so that refits of
+other models on the same dataset sit beside it.
 """
 from __future__ import annotations
 
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
             print(f"{name:>8} seed {seed} {protocol:>6}: NDCG@10 {ours['NDCG@10']:.4f} (s[:-2], protocol) -> "
                   f"{refit['NDCG@10']:.4f} (refit on s[:-1], {refit_run['epochs_run']} epochs)  "
                   f"HR@10 {ours['HR@10']:.4f} -> {refit['HR@10']:.4f}")
-    path = Path(args.output) / f"refit-gap-{args.dataset}-{args.profile}.json"
+    path = Path(args.output) / f"refit-gap-{args.dataset}-{args.profile}-{'-'.join(args.models)}.json"
     write_json(path, {"command": "python -m benchmarks.experiments.refit_gap " + " ".join(argv),
                       "dataset": args.dataset, "dataset_sha256": data.content_sha256(), "profile": args.profile,
                       "seeds": args.seeds, "device": describe_device(device), "commit": git_commit(),
