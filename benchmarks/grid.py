@@ -161,8 +161,9 @@ def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result
     written under an older key version will not be reused; without ``resume``, refuses to discard the
     checkpoint of an interrupted run (:func:`_refuse_to_discard`)."""
     pending = []
+    finished = store.finished(planned) if resume else frozenset()
     for number, job in enumerate(planned, start=1):
-        if resume and store.done(job.key, job.protocols):
+        if job.key in finished:
             log(f"[{number}/{len(planned)}] {job.run_id}: already in results.jsonl (key {job.key[:12]}), skipped")
             result.skipped.append(job)
         else:

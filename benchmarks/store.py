@@ -182,10 +182,13 @@ class ResultStore:
         """Where the job with this file stem keeps its resumable training state while it runs."""
         return self.folder / "checkpoints" / f"{file_stem}.pt"
 
-    def done(self, key: str, protocols) -> bool:
-        """Whether every protocol's row of the job with this key is in ``results.jsonl``."""
-        have = {row["protocol"] for row in self.rows if row.get("key") == key}
-        return set(protocols) <= have
+    def finished(self, jobs) -> frozenset[str]:
+        """The keys of ``jobs`` (each with ``key`` and ``protocols``) whose every protocol's row is in
+        ``results.jsonl``, read once for all of them."""
+        have: dict[str, set[str]] = {}
+        for row in self.rows:
+            have.setdefault(row.get("key"), set()).add(row["protocol"])
+        return frozenset(job.key for job in jobs if set(job.protocols) <= have.get(job.key, set()))
 
     def commit(self, key: str, rows: list[dict], files: dict) -> None:
         """Record a finished job: its files first, then its rows in place of any earlier rows of the same key

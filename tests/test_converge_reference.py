@@ -1,4 +1,6 @@
 """The reproduction's reference files: what a shorter patience would have given, read off a run's own curve."""
+from types import SimpleNamespace
+
 import pytest
 
 from benchmarks.experiments.converge_reference import paper_value, shorter_patience
@@ -94,7 +96,8 @@ def test_a_restored_folder_gives_back_the_committed_reference_and_resume_skips_i
     assert after["rows"] == before["rows"] and after["summary"] == before["summary"]
     assert after["invocations"] == before["invocations"]  # the restore's own manifest line is not an invocation
     store = ResultStore(folder)
-    assert all(store.done(row["key"], ["full", "pop100"]) for row in before["rows"])
+    restored = [SimpleNamespace(key=row["key"], protocols=["full", "pop100"]) for row in before["rows"]]
+    assert store.finished(restored) == {row["key"] for row in before["rows"]}
     with pytest.raises(SystemExit, match=rf"converge-{dataset} already holds results.jsonl; --restore fills a folder "):
         converge_reference.main(["--restore", str(committed), str(folder)])
 

@@ -65,6 +65,18 @@ def test_resume_with_changed_settings_runs_a_new_job_and_keeps_the_old_rows(tmp_
     assert change.label == "synthetic/bprmf seed 0" and change.differences == ("hidden: 64 -> 8",)
 
 
+def test_resume_reruns_a_job_that_lacks_one_protocols_row(tmp_path, capsys):
+    assert run(["--models", "pop", "bprmf"], tmp_path, capsys)[0] == 0
+    results = tmp_path / "out" / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    results.write_text("".join(line for line in lines if '"bprmf"' not in line or '"full"' not in line))
+    code, out, _ = run(["--models", "pop", "bprmf", "--resume"], tmp_path, capsys)
+    assert code == 0 and "synthetic/pop/seed0: already in results.jsonl" in out
+    assert "synthetic/bprmf/seed0: already" not in out  # its pop100 row alone does not make it finished
+    assert sorted((row["model"], row["protocol"]) for row in rows(tmp_path)) == [
+        ("bprmf", "full"), ("bprmf", "pop100"), ("pop", "full"), ("pop", "pop100")]
+
+
 def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):
     """A run interrupted during training and resumed with another learning rate must start afresh."""
     interrupt_training_at_validation(monkeypatch, 2)

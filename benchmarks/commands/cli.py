@@ -141,9 +141,8 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
     of the interrupted jobs a run with --resume continues (empty without --resume, when every job starts afresh and
     no finished one is skipped). None for the jobs that are done (with --resume) or reused from ``twins``, the steps
     not trained yet for the resumed ones, all of them for the rest."""
-    resume = args.resume
-    pending = [job for job in planned
-               if job.key not in (twins or {}) and not (resume and store.done(job.key, job.protocols))]
+    finished = store.finished(planned) if args.resume else frozenset()
+    pending = [job for job in planned if job.key not in (twins or {}) and job.key not in finished]
     if not pending:
         return {}
     estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
@@ -161,9 +160,10 @@ def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, tw
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
+    finished = store.finished(planned) if resume else frozenset()
     for number, job in enumerate(planned, start=1):
         action = "run"
-        if resume and store.done(job.key, job.protocols):
+        if job.key in finished:
             action = "skip (done)"
         elif job.key in (twins or {}):
             action = f"reuse the same job's rows in {twins[job.key].where}"

@@ -384,7 +384,7 @@ def main(argv=None) -> int:
             print_plan(planned, store, args.resume, states, twins, estimates, args.jobs,
                        {job.key: study_notes(job) for job in planned})
             return 0
-        done = frozenset(job.key for job in trained if args.resume and store.done(job.key, job.protocols))
+        done = store.finished(trained) if args.resume else frozenset()
         print(*plan_lines(planned, estimates, args.jobs, twins, done, resumed), sep="\n")
         return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins)
 
