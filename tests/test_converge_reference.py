@@ -81,6 +81,33 @@ def test_a_folder_of_runs_off_the_profile_or_no_folder_at_all_is_refused_in_one_
     assert not (tmp_path / "reference").exists()
 
 
+def test_a_kept_probe_folder_is_restored_with_its_rows_and_a_resume_skips_its_jobs(tmp_path, capsys):
+    """A probe's folder (settings off the profile) survives a lost work tree: --keep, then --restore."""
+    import json
+
+    import run_all
+    from benchmarks.experiments import converge_reference
+    from recbench.benchmarks.store import ResultStore
+
+    probe = ["--models", "bprmf", "--profile", "converge", "--set", "bprmf:max_epochs=2", "--set", "bprmf:hidden=8",
+             "--cache-dir", str(tmp_path / "cache"), "--quiet", "--no-report"]
+    assert run_all.main([*probe, "--output", str(tmp_path / "probe-bprmf")]) == 0
+    assert converge_reference.main(["--keep", str(tmp_path / "probe-bprmf"), "--output", str(tmp_path / "ref")]) == 0
+    kept = json.loads((tmp_path / "ref" / "rows-probe-bprmf.json").read_text())
+    original = ResultStore(tmp_path / "probe-bprmf").rows
+    assert kept["rows"] == original and len(original) == 2
+    (run,) = kept["invocations"]
+    assert run["jobs"] == [original[0]["run_id"]]
+    restored = tmp_path / "lost" / "probe-bprmf"
+    assert converge_reference.main(["--restore", str(tmp_path / "ref" / "rows-probe-bprmf.json"), str(restored)]) == 0
+    assert ResultStore(restored).rows == original
+    capsys.readouterr()
+    assert run_all.main([*probe, "--output", str(restored), "--resume", "--dry-run"]) == 0
+    assert "skip (done)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"empty: no results.jsonl rows to keep; pass the results folder"):
+        converge_reference.main(["--keep", str(tmp_path / "empty"), "--output", str(tmp_path / "ref")])
+
+
 @pytest.mark.parametrize("dataset", ["ml-1m", "beauty"])
 def test_a_restored_folder_gives_back_the_committed_reference_and_resume_skips_its_jobs(dataset, tmp_path):
     import json

@@ -37,6 +37,11 @@ there, and this command then rewrites the reference with all of them:
 
     python -m benchmarks.experiments.converge_reference --restore results/reference/converge-ml-1m.json \\
         results/converge-ml-1m
+
+A folder that is not a reference of the table (a probe's, a ``--chosen-on-validation`` candidate's whose other seed
+still runs, a bf16 comparison's) is kept the same way with ``--keep FOLDER``: its rows and invocations, whatever their
+settings, go to ``results/reference/rows-<folder's name>.json``, which ``--restore`` turns back into the folder. Keep
+each run's rows as it finishes: a machine lost with its work tree then costs the unfinished runs only.
 """
 from __future__ import annotations
 
@@ -347,6 +352,19 @@ def check_chosen(variants: ResultSet, profile: ResultSet, dataset: str, source: 
     return choices
 
 
+def keep(folder: Path, output: Path) -> Path:
+    """Write every row of ``folder`` and the invocations that trained them to ``output/rows-<folder's name>.json``,
+    a file :func:`restore` turns back into the folder."""
+    rows = ResultStore(folder).rows if (folder / "results.jsonl").is_file() else []
+    if not rows:
+        sys.exit(f"{folder}: no results.jsonl rows to keep; pass the results folder of a run that finished a job")
+    path = Path(output) / f"rows-{folder.name}.json"
+    kept = {"folder": str(folder), "invocations": invocations(folder, {row["key"] for row in rows}), "rows": rows}
+    write_atomic(path, json.dumps(kept, indent=1) + "\n")
+    print(f"written: {path} ({len(rows)} rows)")
+    return path
+
+
 def write_reference(path: Path, dataset: str, folder: Path, command: str, result: ResultSet, **extra) -> None:
     """Write one reference file (see the module's docstring) of ``result``, read from ``folder``."""
     keys = {row.get("key") for row in result.rows}
@@ -368,7 +386,14 @@ def main(argv=None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "reference")
     parser.add_argument("--restore", type=Path, metavar="REFERENCE",
                         help="write the one folder given from this reference file instead (see above)")
+    parser.add_argument("--keep", type=Path, metavar="FOLDER",
+                        help="write FOLDER's rows, whatever their settings, to rows-<its name>.json (see above)")
     args = parser.parse_args(argv)
+    if args.keep is not None:
+        if args.folders or args.chosen or args.restore:
+            parser.error("--keep writes one folder's rows: pass no other folder, --chosen-on-validation or --restore")
+        keep(args.keep, args.output)
+        return 0
     if args.restore is not None:
         if len(args.folders) != 1 or args.chosen:
             parser.error("--restore writes one folder: pass exactly one, and no --chosen-on-validation")
