@@ -1,5 +1,6 @@
 """End to end through the job runner: result rows carry the schema, a rerun resumes, bad names are explained."""
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -81,7 +82,8 @@ def test_two_stores_on_one_folder_keep_each_others_rows(tmp_path):
     first.commit("a", [{"key": "a", "protocol": "full", "v": 2}, {"key": "a", "protocol": "pop100"}], {})
     assert [(r["key"], r["protocol"], r.get("v")) for r in read_results(tmp_path / "results.jsonl")] == [
         ("b", "full", None), ("a", "full", 2), ("a", "pop100", None)]
-    assert second.done("a", ["full", "pop100"]) and not second.done("b", ["full", "pop100"])
+    jobs = [SimpleNamespace(key=key, protocols=["full", "pop100"]) for key in ("a", "b", "c")]
+    assert second.finished(jobs) == {"a"}  # b lacks its pop100 row, c has none
 
 
 def test_unknown_model_in_job_is_explained(tmp_path, chain_data):
