@@ -355,7 +355,7 @@ def check_chosen(variants: ResultSet, profile: ResultSet, dataset: str, source: 
 def keep(folder: Path, output: Path) -> Path:
     """Write every row of ``folder`` and the invocations that trained them to ``output/rows-<folder's name>.json``,
     a file :func:`restore` turns back into the folder."""
-    rows = ResultStore(folder).rows if (folder / "results.jsonl").is_file() else []
+    rows = ResultStore(folder).rows  # none where the folder or its results.jsonl does not exist
     if not rows:
         sys.exit(f"{folder}: no results.jsonl rows to keep; pass the results folder of a run that finished a job")
     path = Path(output) / f"rows-{folder.name}.json"
