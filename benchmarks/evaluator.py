@@ -329,20 +329,23 @@ class Evaluator:
         if not len(rows):
             return None
         queries, factors = [], None
+        bar.set_description_str(f"{label} (queries)", refresh=False)  # shown once the bar's delay has passed
         for _, chunk, users_t, histories in history_batches(model, view, rows, batch_size):
             factors = model.score_factors(users_t, histories)
             if factors is None:
                 return None
             check_factors(model, factors, len(chunk), self.split.n_items + 1)
-            bar.set_description_str(f"{label} (queries)")
             queries.append(factors.queries)
             bar.update(len(chunk))
         ranking = TiledRanking(torch.cat(queries), factors.items, factors.bias, self.split.n_items + 1)
         if not ranking.exact():
+            bar.reset()  # the general path counts the users again
+            bar.set_description_str(label)
             return None
-        bar.reset()
-        bar.set_description_str(f"{label} (ranking)")
-        return ranking.counts(view, rows, bar, full.lists, full.excluded)
+        shown = not bar.disable
+        bar.close()  # the ranking is a second pass over the users, with a bar (and a delay) of its own
+        with progress_bar(len(rows), f"{label} (ranking)", shown, unit="user") as ranking_bar:
+            return ranking.counts(view, rows, ranking_bar, full.lists, full.excluded)
 
     def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:
         """Column order of the candidates of ``rows[start:stop]``: one random permutation per user, drawn in

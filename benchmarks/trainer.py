@@ -37,6 +37,7 @@ from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_sche
 from recbench.benchmarks.relevance import SELECTION_METRICS
 from recbench.benchmarks.store import write_atomic
 from recbench.datasets.errors import unknown
+from recbench.datasets.progress import on_terminal
 from recbench.datasets.sequences import Histories
 from recbench.models.base import (
     FitReport,
@@ -526,17 +527,18 @@ class Trainer:
         hides in nor swamps the estimate). When early stopping, a pruner or a budget may end it, nobody knows
         when: the bar shows the steps done, the speed and (:meth:`_show`) the epoch against its cap and how close
         early stopping is, and no time left, since a time to the cap would promise hours for a run that early
-        stopping ends in minutes."""
+        stopping ends in minutes. Where stderr is not a terminal (a background run's log) there is no bar but a
+        line an epoch (:meth:`_show`)."""
         steps, _ = self._caps(session)
         known = self._end_known(session, validate)
         return tqdm(total=steps if known else None, initial=state.step, desc=session.model.name, unit="step",
-                    smoothing=0, disable=not self.run.progress, dynamic_ncols=True, leave=False,
+                    smoothing=0, disable=not (self.run.progress and on_terminal()), dynamic_ncols=True, leave=False,
                     bar_format=None if known else "{desc}: {n_fmt} steps [{elapsed}, {rate_fmt}{postfix}]")
 
     def _show(self, bar: tqdm, session: _Session, state: TrainState, validate: Validator | None) -> None:
         """The epoch against its cap, the loss, the best validation value and, with early stopping, how many of
         the validations it waits for have passed without a better value, and the budgets that may end the run;
-        a bar ended by the time budget stays on screen and says so."""
+        a bar ended by the time budget stays on screen and says so. Without a terminal, the same as a line."""
         s, (_, epochs) = self.settings, self._caps(session)
         known = self._end_known(session, validate)
         shown = [f"epoch {state.epoch}/{epochs}" if known else f"epoch {state.epoch} of at most {epochs}",
@@ -552,6 +554,27 @@ class Trainer:
         if state.stopped_by == "time budget" and not bar.disable:  # a disabled bar has no description
             bar.set_description_str(f"{bar.desc}: stopped by the {self.settings.time_budget_s:g} s time budget")
             bar.leave = True
+        if self.run.progress and bar.disable:
+            tqdm.write(self._epoch_line(session, state, shown, known), file=sys.stderr)
+
+    def _epoch_line(self, session: _Session, state: TrainState, shown: list[str], known: bool) -> str:
+        """What the bar shows, as one line of a log: the steps (against the run's end when the caps decide it),
+        the epoch, the loss, this epoch's validation value and the best, the time trained with the speed, and the
+        time left or what ended the run, e.g. ``bert4rec: step 7,254/16,744, epoch 44/104, loss 5.5740, 1:01:21
+        trained (1.97 steps/s), 1:20:17 left``."""
+        s, (steps, _) = self.settings, self._caps(session)
+        rate = state.step / state.train_seconds if state.train_seconds > 0 else 0.0
+        validated = state.history[-1].get(f"valid_{s.valid_metric}")
+        parts = [f"step {state.step:,}/{steps:,}" if known else f"step {state.step:,}", *shown[:2],
+                 *([f"{s.valid_metric} {validated:.4f}"] if validated is not None else []), *shown[2:],
+                 f"{tqdm.format_interval(state.train_seconds)} trained ({rate:.2f} steps/s)"]
+        if state.stopped_by == "time budget":
+            parts.append(f"stopped by the {s.time_budget_s:g} s time budget")
+        elif state.stopped_by is not None:
+            parts.append(f"stopped: {state.stopped_by}")
+        elif known and rate > 0:
+            parts.append(f"{tqdm.format_interval((steps - state.step) / rate)} left")
+        return f"{session.model.name}: " + ", ".join(parts)
 
     # ----------------------------------------------------------------------------------------------- parts
 

@@ -392,6 +392,35 @@ def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
     assert sum(n for _, n in shown) == 30
 
 
+def test_the_tiled_path_counts_its_two_passes_on_two_bars_and_a_fallback_counts_again(capsys, monkeypatch):
+    """A product model's full ranking passes over the users twice (queries, then the tiled ranking): each pass
+    has a bar of its own counting to the users' number, never past it, also where the tiled counts would not be
+    exact and the score matrix ranks the users again."""
+    from recbench.datasets import progress
+
+    counted = []
+
+    class Recording(progress.tqdm):
+        def update(self, n=1):
+            counted.append((self.desc, self.total, n))
+            return super().update(n)
+
+    monkeypatch.setattr(progress, "tqdm", Recording)
+    data = repeat_data(n_users=20, n_items=30)
+    rng = np.random.default_rng(0)
+    queries, items = rng.normal(size=(data.n_users, 2)), rng.normal(size=(data.n_items + 1, 2))
+    evaluator = Evaluator(LeaveOneOutSplit(data), seed=0, batch_size=8, progress=True)
+    for model, passes in ((ProductScorer(queries, items), ("(queries)", "(ranking)")),
+                          (ProductScorer(queries * 1e18, items * 1e19), ("(queries)", ""))):  # not exact: matrix
+        counted.clear()
+        evaluator.evaluate(model, "test", "full", "m")
+        names = [f"m test full {suffix}".strip() for suffix in passes]
+        assert {name for name, _, _ in counted} == set(names)
+        for desc in names:
+            assert sum(n for name, total, n in counted if name == desc) == 20, (desc, counted)
+            assert {total for name, total, n in counted if name == desc} == {20}
+
+
 @pytest.mark.slow
 @requires_shared_data
 @pytest.mark.parametrize("name", ["pop", "sasrec"])

@@ -110,15 +110,44 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     assert torch.equal(again.item_factors.weight, reference.item_factors.weight)
 
 
-def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys):
+@pytest.mark.parametrize("terminal", [True, False])
+def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys, monkeypatch, terminal):
+    monkeypatch.setattr(trainer_module, "on_terminal", lambda: terminal)
     model = new_model()
     report = trainer(max_epochs=10_000, time_budget_s=0.5, progress=True).fit(model, toy_split().train(), None)
     assert 0.5 <= report.train_seconds < 5  # stopped once the budget had passed, not before, not long after
     assert 1 < report.epochs_run == len(report.curve)  # the epochs before the budget ran out all count
     assert report.stopped_by == "time budget"
-    assert "bprmf: stopped by the 0.5 s time budget" in capsys.readouterr().err.splitlines()[-1]
+    last = capsys.readouterr().err.splitlines()[-1]
+    if terminal:
+        assert "bprmf: stopped by the 0.5 s time budget" in last
+    else:  # a log's last line: the run's last epoch, and what ended it
+        assert last.startswith(f"bprmf: step {report.steps_run}, epoch {report.epochs_run} of at most 10000, loss ")
+        assert last.endswith("stopped by the 0.5 s time budget")
     report = trainer(max_epochs=2, progress=True).fit(new_model(), toy_split().train(), None)
     assert report.stopped_by == "max epochs" and "time budget" not in capsys.readouterr().err
+
+
+def test_a_log_gets_a_line_an_epoch_with_validation_and_the_time_left(capsys, monkeypatch):
+    """Where stderr is a file (a background run's log), every redraw of a bar would stay in it: the trainer
+    writes one line an epoch instead, with what the bar shows and this epoch's validation value."""
+    monkeypatch.setattr(trainer_module, "on_terminal", lambda: False)
+    validate, _ = scripted_validator([0.1, 0.3, 0.2, 0.25, 0.9])
+    report = trainer(max_epochs=200, patience=2, progress=True).fit(new_model(), toy_split().train(), validate)
+    lines = capsys.readouterr().err.splitlines()
+    assert report.stopped_by == "early stopping" and len(lines) == report.epochs_run == 4
+    steps = report.steps_run // 4  # an epoch's steps
+    assert lines[1].startswith(f"bprmf: step {2 * steps}, epoch 2 of at most 200, loss ")
+    assert ", NDCG@10 0.3000, best NDCG@10 0.3000, no better for 0/2 validations, " in lines[1]
+    assert ", NDCG@10 0.2500, best NDCG@10 0.3000, no better for 2/2 validations, " in lines[3]
+    assert lines[3].endswith("stopped: early stopping") and "left" not in "".join(lines)  # nobody knows the end
+    report = trainer(max_epochs=3, patience=None, progress=True).fit(new_model(), toy_split().train(), None)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0:2] for line in lines] == [[f"bprmf: step {e * steps}/{3 * steps}", f" epoch {e}/3"]
+                                                        for e in (1, 2, 3)]
+    assert lines[0].endswith(" left") and lines[2].endswith("stopped: max epochs")  # the caps end it: time left
+    assert trainer(max_epochs=2, progress=False).fit(new_model(), toy_split().train(), None).epochs_run == 2
+    assert capsys.readouterr().err == ""
 
 
 def test_the_bar_counts_to_what_ends_the_run_and_promises_no_time_when_early_stopping_decides(monkeypatch):
@@ -135,6 +164,7 @@ def test_the_bar_counts_to_what_ends_the_run_and_promises_no_time_when_early_sto
             bars.append(self)
 
     monkeypatch.setattr(module, "tqdm", Recorded)
+    monkeypatch.setattr(module, "on_terminal", lambda: True)  # where a bar is drawn (a log gets lines)
     split = toy_split()
     report = trainer(max_steps=400_000, max_epochs=3, patience=None, progress=True).fit(new_model(), split.train(),
                                                                                         None)
