@@ -37,7 +37,7 @@ from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_sche
 from recbench.benchmarks.relevance import SELECTION_METRICS
 from recbench.benchmarks.store import write_atomic
 from recbench.datasets.errors import unknown
-from recbench.datasets.progress import on_terminal
+from recbench.datasets.progress import bars_redraw_in_place
 from recbench.datasets.sequences import Histories
 from recbench.models.base import (
     FitReport,
@@ -527,18 +527,18 @@ class Trainer:
         hides in nor swamps the estimate). When early stopping, a pruner or a budget may end it, nobody knows
         when: the bar shows the steps done, the speed and (:meth:`_show`) the epoch against its cap and how close
         early stopping is, and no time left, since a time to the cap would promise hours for a run that early
-        stopping ends in minutes. Where stderr is not a terminal (a background run's log) there is no bar but a
+        stopping ends in minutes. Where bars cannot redraw in place (stderr is a log file) there is no bar but a
         line an epoch (:meth:`_show`)."""
         steps, _ = self._caps(session)
-        known = self._end_known(session, validate)
+        known, drawn = self._end_known(session, validate), self.run.progress and bars_redraw_in_place()
         return tqdm(total=steps if known else None, initial=state.step, desc=session.model.name, unit="step",
-                    smoothing=0, disable=not (self.run.progress and on_terminal()), dynamic_ncols=True, leave=False,
+                    smoothing=0, disable=not drawn, dynamic_ncols=True, leave=False,
                     bar_format=None if known else "{desc}: {n_fmt} steps [{elapsed}, {rate_fmt}{postfix}]")
 
     def _show(self, bar: tqdm, session: _Session, state: TrainState, validate: Validator | None) -> None:
         """The epoch against its cap, the loss, the best validation value and, with early stopping, how many of
         the validations it waits for have passed without a better value, and the budgets that may end the run;
-        a bar ended by the time budget stays on screen and says so. Without a terminal, the same as a line."""
+        a bar ended by the time budget stays on screen and says so. In a log file, the same as a line."""
         s, (_, epochs) = self.settings, self._caps(session)
         known = self._end_known(session, validate)
         shown = [f"epoch {state.epoch}/{epochs}" if known else f"epoch {state.epoch} of at most {epochs}",

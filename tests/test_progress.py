@@ -48,3 +48,27 @@ def test_generating_synthetic_data_shows_users_done(no_delay, capsys):
     assert "generating toy" in capsys.readouterr().err
     assert generate(500, 100, 10.0, seed=3, name="toy").content_sha256() == data.content_sha256()
     assert capsys.readouterr().err == ""
+
+
+def test_bars_redraw_in_place_on_a_terminal_or_in_a_notebook_not_in_a_log(monkeypatch, tmp_path):
+    """Where they cannot redraw in place (stderr a file), bars redraw once a minute and training writes a line an
+    epoch; a notebook's widget bars (``tqdm.auto`` picks them) redraw in place although stderr is no terminal."""
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert progress.bars_redraw_in_place()
+    with open(tmp_path / "run.log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        assert not progress.bars_redraw_in_place()
+        assert progress.progress_bar(10, "log").mininterval == progress.LOG_REFRESH_S
+
+        class NotebookBar(progress.tqdm):
+            pass
+
+        monkeypatch.setattr(progress.autonotebook, "tqdm", NotebookBar)
+        assert progress.bars_redraw_in_place()

@@ -112,7 +112,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
 
 @pytest.mark.parametrize("terminal", [True, False])
 def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys, monkeypatch, terminal):
-    monkeypatch.setattr(trainer_module, "on_terminal", lambda: terminal)
+    monkeypatch.setattr(trainer_module, "bars_redraw_in_place", lambda: terminal)
     model = new_model()
     report = trainer(max_epochs=10_000, time_budget_s=0.5, progress=True).fit(model, toy_split().train(), None)
     assert 0.5 <= report.train_seconds < 5  # stopped once the budget had passed, not before, not long after
@@ -131,7 +131,7 @@ def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys, monkeypatc
 def test_a_log_gets_a_line_an_epoch_with_validation_and_the_time_left(capsys, monkeypatch):
     """Where stderr is a file (a background run's log), every redraw of a bar would stay in it: the trainer
     writes one line an epoch instead, with what the bar shows and this epoch's validation value."""
-    monkeypatch.setattr(trainer_module, "on_terminal", lambda: False)
+    monkeypatch.setattr(trainer_module, "bars_redraw_in_place", lambda: False)
     validate, _ = scripted_validator([0.1, 0.3, 0.2, 0.25, 0.9])
     report = trainer(max_epochs=200, patience=2, progress=True).fit(new_model(), toy_split().train(), validate)
     lines = capsys.readouterr().err.splitlines()
@@ -164,7 +164,7 @@ def test_the_bar_counts_to_what_ends_the_run_and_promises_no_time_when_early_sto
             bars.append(self)
 
     monkeypatch.setattr(module, "tqdm", Recorded)
-    monkeypatch.setattr(module, "on_terminal", lambda: True)  # where a bar is drawn (a log gets lines)
+    monkeypatch.setattr(module, "bars_redraw_in_place", lambda: True)  # where a bar is drawn (a log gets lines)
     split = toy_split()
     report = trainer(max_steps=400_000, max_epochs=3, patience=None, progress=True).fit(new_model(), split.train(),
                                                                                         None)
