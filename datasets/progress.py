@@ -17,14 +17,18 @@ def bars_redraw_in_place() -> bool:
     return sys.stderr.isatty() or autonotebook.tqdm is not std.tqdm  # autonotebook: std's bar outside notebooks
 
 
+def _look() -> dict:
+    """The options every bar here shares: cleared when done, shown after the delay, redrawn as often as suits."""
+    return {"leave": False, "delay": PROGRESS_DELAY_S, "dynamic_ncols": True,
+            "mininterval": 0.1 if bars_redraw_in_place() else LOG_REFRESH_S}
+
+
 def progress_bar(total: int, desc: str, enabled: bool = True, **options) -> tqdm:
     """A bar on stderr counting ``total`` units, cleared when done; ``options`` go to ``tqdm`` (``unit``...)."""
-    return tqdm(total=total, desc=desc, disable=not enabled, delay=PROGRESS_DELAY_S, leave=False,
-                dynamic_ncols=True, mininterval=0.1 if bars_redraw_in_place() else LOG_REFRESH_S, **options)
+    return tqdm(total=total, desc=desc, disable=not enabled, **_look(), **options)
 
 
 def counted_reads(stream, total: int, desc: str):
     """``stream`` wrapped so that a bar counts the bytes read from it, as ``progress_bar`` shows them."""
     return tqdm.wrapattr(stream, "read", total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                         leave=False, delay=PROGRESS_DELAY_S, dynamic_ncols=True,
-                         mininterval=0.1 if bars_redraw_in_place() else LOG_REFRESH_S)
+                         **_look())
