@@ -13,9 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from recbench.datasets.errors import ChecksumError, DownloadError
+from recbench.datasets.progress import progress_bar
 
 CHUNK = 1 << 20
 USER_AGENT = "recbench-datasets (+https://github.com/FeiSun/BERT4Rec reproduction)"
@@ -93,8 +92,8 @@ def _transfer(url: str, part: Path, label: str, progress: bool, timeout: float) 
         length = resp.headers.get("Content-Length")
         total = start + int(length) if length is not None else None
         with open(part, "ab" if resumed else "wb") as out, \
-                tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
-                     desc=f"downloading {label}", disable=not progress) as bar:
+                progress_bar(total, f"downloading {label}", progress, initial=start, unit="B", unit_scale=True,
+                             unit_divisor=1024) as bar:
             while chunk := resp.read(CHUNK):
                 out.write(chunk)
                 bar.update(len(chunk))

@@ -195,3 +195,18 @@ def test_download_false_never_touches_the_network(server, urls, tmp_path):
     with pytest.raises(MissingDataError, match="downloading is off"):
         load_dataset("steam", cache_dir=tmp_path, download=False)
     assert server.requests == []
+
+
+def test_a_download_shows_its_bytes_through_the_suites_bar(server, tmp_path, monkeypatch):
+    """The download's bar is the suite's: in a log file whole lines with the bytes fetched (no ``\\r`` redraws)."""
+    import sys
+
+    from recbench.datasets import progress
+
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
+    server.files["/f.bin"] = PAYLOAD
+    with open(tmp_path / "run.log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        download(server.url("/f.bin"), tmp_path / "f.bin", sha256=sha256(PAYLOAD), progress=True, timeout=10)
+    text = (tmp_path / "run.log").read_text()
+    assert "\r" not in text and "downloading" in text and "1.00M/1.00M" in text.splitlines()[-1]

@@ -72,3 +72,57 @@ def test_bars_redraw_in_place_on_a_terminal_or_in_a_notebook_not_in_a_log(monkey
 
         monkeypatch.setattr(progress.autonotebook, "tqdm", NotebookBar)
         assert progress.bars_redraw_in_place()
+
+
+def test_a_bar_in_a_log_file_writes_whole_lines_and_keeps_its_end(monkeypatch, tmp_path):
+    """A log file cannot be redrawn: each drawing of a bar is a line of its own (no ``\\r``), the drawing that
+    clears a bar on a terminal writes nothing, and the last line is the bar's final count with its time."""
+    import sys
+
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "LOG_REFRESH_S", 0.0)  # every update draws, as a minute-long step would
+    with open(tmp_path / "run.log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        with progress.progress_bar(3, "scoring", unit="user") as bar:
+            for _ in range(3):
+                bar.update(1)
+    text = (tmp_path / "run.log").read_text()
+    lines = text.splitlines()
+    assert "\r" not in text and text.endswith("\n")
+    assert [line.split("|")[0].strip() for line in lines[:4]] == ["scoring:   0%", "scoring:  33%", "scoring:  67%",
+                                                                   "scoring: 100%"]
+    assert all(line.strip() for line in lines) and "3/3" in lines[-1] and "user/s" in lines[-1]
+
+
+def test_a_step_shorter_than_a_log_files_refresh_writes_nothing_there(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
+    with open(tmp_path / "run.log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        with progress.progress_bar(3, "scoring") as bar:
+            bar.update(3)
+    # delay 0 draws the bar once at its start; the minute between drawings then keeps the updates out
+    assert (tmp_path / "run.log").read_text().splitlines()[0].startswith("scoring:   0%")
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 2.0)  # the suite's delay: a short step writes nothing
+    with open(tmp_path / "quiet.log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        with progress.progress_bar(3, "scoring") as bar:
+            bar.update(3)
+    assert (tmp_path / "quiet.log").read_text() == ""
+
+
+def test_a_bar_on_a_terminal_redraws_in_place_and_is_cleared_when_done(monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with progress.progress_bar(3, "scoring") as bar:
+        bar.update(3)
+    drawn = sys.stderr.getvalue()
+    assert drawn.startswith("\rscoring:") and "\n" not in drawn and drawn.endswith("\r")  # cleared: no line left
