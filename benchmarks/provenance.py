@@ -1,5 +1,5 @@
 """What produced a result (``PROTOCOL.md``, "What a result row records"): the code's commit, library versions,
-the device, and the job's peak memory."""
+the device (on a CPU its model and its bf16 units, on which the speed of bf16 depends), and the job's peak memory."""
 from __future__ import annotations
 
 import os
@@ -41,10 +41,47 @@ def library_versions() -> dict:
             "scipy": scipy.__version__, "pandas": pandas.__version__, "platform": platform.platform()}
 
 
+# /proc/cpuinfo's flags for the matrix units that compute bf16 products natively: Intel's AMX and the AVX-512
+# BF16 instructions (Intel since Cooper Lake, AMD since Zen 4). Without them bf16 is emulated and slower than fp32.
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def _cpuinfo_field(name: str, cpuinfo: Path | None) -> str | None:
+    """The first ``name : value`` of Linux's ``cpuinfo`` (default :data:`CPUINFO`; None elsewhere, or where it has
+    no such line)."""
+    try:
+        text = (cpuinfo or CPUINFO).read_text()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.split(":", 1)[0].strip() == name), None)
+
+
+def cpu_flags(cpuinfo: Path | None = None) -> set[str]:
+    """The CPU's feature flags as Linux lists them in ``cpuinfo`` (none elsewhere)."""
+    return set((_cpuinfo_field("flags", cpuinfo) or "").split())
+
+
+def cpu_name(cpuinfo: Path | None = None) -> str:
+    """The CPU's model as Linux names it (``AMD EPYC``, ``Intel(R) Xeon(R) Platinum 8480+``); elsewhere what
+    Python knows (the architecture, at least)."""
+    return _cpuinfo_field("model name", cpuinfo) or platform.processor() or platform.machine()
+
+
 def describe_device(device: torch.device) -> str:
+    """The device in a row's words: ``cuda:0 (NVIDIA H200)``; ``cpu (1 thread, AMD EPYC, avx512_bf16)``, the bf16
+    units named or ``no native bf16``."""
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
+    threads, units = torch.get_num_threads(), [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags()]
+    return f"cpu ({threads} thread{'s' if threads != 1 else ''}, {cpu_name()}, {' '.join(units) or 'no native bf16'})"
+
+
+def machine(threads: int | None = None) -> dict:
+    """The machine of a measurement file: the CPU's model and bf16 units, the cores, torch's threads and version."""
+    return {"cpu": cpu_name(), "bf16_units": [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags()],
+            "cores": os.cpu_count(), "torch_threads": threads or torch.get_num_threads(), "torch": torch.__version__}
 
 
 class PeakMemory:

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.metrics import check_metric_name
 from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
+from recbench.benchmarks.provenance import BF16_CPU_FLAGS, cpu_flags
 from recbench.benchmarks.relevance import SELECTION_METRICS
 from recbench.benchmarks.store import write_atomic
 from recbench.datasets.errors import unknown
@@ -210,20 +211,6 @@ def resolve_device(name: str) -> torch.device:
     if name != "cpu" and not name.startswith("cuda"):
         raise unknown("device", name, ["auto", "cpu", "cuda", "cuda:N"])
     return torch.device(name)
-
-
-# /proc/cpuinfo's flags for the matrix units that compute bf16 products natively: Intel's AMX and the AVX-512
-# BF16 instructions (Intel since Cooper Lake, AMD since Zen 4). Without them bf16 is emulated and slower than fp32.
-BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU's feature flags as Linux lists them in ``cpuinfo`` (none elsewhere)."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
 
 
 def native_bf16(device: torch.device) -> bool:

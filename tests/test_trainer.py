@@ -292,12 +292,25 @@ def test_without_patience_training_runs_to_max_steps_and_tests_the_selected_step
 
 # ------------------------------------------------------------------------------------------- precision
 
-def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+def test_the_cpu_its_bf16_units_and_a_rows_device_words_are_read_from_cpuinfo(tmp_path, monkeypatch):
+    from recbench.benchmarks import provenance
+
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\nflags\t\t: fpu avx2 avx512f "
+                       "avx512_bf16\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
                        "flags\t\t: fpu avx2 avx512f avx512_bf16\n")
-    assert trainer_module.cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
-    assert trainer_module.cpu_flags(tmp_path / "absent") == set()  # not Linux: no native bf16 known
+    assert provenance.cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    assert provenance.cpu_name(cpuinfo) == "AMD EPYC 9654 96-Core Processor"
+    assert provenance.cpu_flags(tmp_path / "absent") == set()  # not Linux: no native bf16 known
+    assert provenance.cpu_name(tmp_path / "absent")  # the architecture at least, never empty
+    monkeypatch.setattr(provenance, "CPUINFO", cpuinfo)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    expected = "cpu (1 thread, AMD EPYC 9654 96-Core Processor, avx512_bf16)"
+    assert provenance.describe_device(torch.device("cpu")) == expected
+    assert provenance.machine(2)["bf16_units"] == ["avx512_bf16"] and provenance.machine(2)["torch_threads"] == 2
+    cpuinfo.write_text("model name\t: Intel(R) Xeon(R) CPU\nflags\t\t: fpu avx2\n")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert provenance.describe_device(torch.device("cpu")) == "cpu (2 threads, Intel(R) Xeon(R) CPU, no native bf16)"
 
 
 def bf16_fit(monkeypatch, flags: set) -> tuple:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -33,7 +31,7 @@ import torch
 
 from benchmarks.experiments.speed_transformers import load_average
 from recbench.benchmarks.config import resolve
-from recbench.benchmarks.provenance import git_commit
+from recbench.benchmarks.provenance import git_commit, machine
 from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
@@ -130,8 +128,7 @@ def main(argv=None) -> int:
         "command": " ".join(["python -m benchmarks.experiments.rectools_sasrec",
                              *(sys.argv[1:] if argv is None else argv)]),
         "commit": git_commit(), "rectools": rectools.__version__, "torch": torch.__version__,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads()},
+        "machine": machine(),
         "shape": {"max_len": MAX_LEN, "hidden": HIDDEN, "blocks": BLOCKS, "heads": args.heads, "batch_size": BATCH,
                   "dropout": DROPOUT, "lr": LR, "loss": "BCE, one negative per position"},
         "median_ours_s_per_step": round(ours, 4), "median_rectools_s_per_step": round(theirs, 4),

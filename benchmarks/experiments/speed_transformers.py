@@ -21,7 +21,6 @@ import json
 import math
 import multiprocessing
 import os
-import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -32,7 +31,7 @@ import torch
 
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.evaluator import Evaluator
-from recbench.benchmarks.provenance import PeakMemory, describe_device
+from recbench.benchmarks.provenance import PeakMemory, describe_device, machine
 from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
@@ -159,8 +158,7 @@ def write_report(output: str, script: str, argv, threads: int | None, results: l
     output.write_text(json.dumps({
         "command": " ".join([f"python -m benchmarks.experiments.{script}", *(sys.argv[1:] if argv is None else argv)]),
         **extra,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch_threads": threads or torch.get_num_threads(), "torch": torch.__version__},
+        "machine": machine(threads),
         "results": results}, indent=2) + "\n")
     print(f"written: {output}")
 
