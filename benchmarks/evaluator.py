@@ -255,7 +255,8 @@ class Evaluator:
         order = np.arange(len(rows)) if negatives is not None else np.argsort(view.lengths[rows], kind="stable")
         scored = rows[order]
         label = f"{model_name} {split} {protocol}"
-        bar = progress_bar(len(rows), label, self.progress if progress is None else progress, unit="user")
+        bar = progress_bar(len(rows), label, self.progress if progress is None else progress,
+                           unit=" users", unit_scale=True)
         full = FullPass(self.excluded(split), lists) if negatives is None else None
         with evaluation_mode(model), bar:
             tiled = self.tiled and negatives is None and model.device.type == "cpu"
@@ -344,7 +345,7 @@ class Evaluator:
             return None
         shown = not bar.disable
         bar.close()  # the ranking is a second pass over the users, with a bar (and a delay) of its own
-        with progress_bar(len(rows), f"{label} (ranking)", shown, unit="user") as ranking_bar:
+        with progress_bar(len(rows), f"{label} (ranking)", shown, unit=" users", unit_scale=True) as ranking_bar:
             return ranking.counts(view, rows, ranking_bar, full.lists, full.excluded)
 
     def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:

@@ -385,7 +385,7 @@ def test_evaluation_reports_progress(capsys, monkeypatch, tmp_path):
     assert capsys.readouterr().err == "" and shown == []  # off by default
     evaluator.evaluate(model, "test", "full", "fixed", progress=True)
     err = capsys.readouterr().err
-    assert "fixed test full" in err and "/30" in err and "user/s" in err
+    assert "fixed test full" in err and "/30" in err and " users/s" in err
     assert shown == [(30, 8), (30, 8), (30, 8), (30, 6)]  # users scored out of the total, chunk by chunk
     shown.clear()
     Evaluator(LeaveOneOutSplit(data), seed=0, cache_dir=tmp_path, progress=True).evaluate(model, "valid", "pop100")
