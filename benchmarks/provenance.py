@@ -69,18 +69,24 @@ def cpu_name(cpuinfo: Path | None = None) -> str:
     return _cpuinfo_field("model name", cpuinfo) or platform.processor() or platform.machine()
 
 
+def bf16_units(cpuinfo: Path | None = None) -> list[str]:
+    """Which of :data:`BF16_CPU_FLAGS` the CPU has, in that order (none elsewhere)."""
+    flags = cpu_flags(cpuinfo)
+    return [flag for flag in BF16_CPU_FLAGS if flag in flags]
+
+
 def describe_device(device: torch.device) -> str:
     """The device in a row's words: ``cuda:0 (NVIDIA H200)``; ``cpu (1 thread, AMD EPYC, avx512_bf16)``, the bf16
     units named or ``no native bf16``."""
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
-    threads, units = torch.get_num_threads(), [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags()]
-    return f"cpu ({threads} thread{'s' if threads != 1 else ''}, {cpu_name()}, {' '.join(units) or 'no native bf16'})"
+    threads, units = torch.get_num_threads(), " ".join(bf16_units()) or "no native bf16"
+    return f"cpu ({threads} thread{'s' if threads != 1 else ''}, {cpu_name()}, {units})"
 
 
 def machine(threads: int | None = None) -> dict:
     """The machine of a measurement file: the CPU's model and bf16 units, the cores, torch's threads and version."""
-    return {"cpu": cpu_name(), "bf16_units": [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags()],
+    return {"cpu": cpu_name(), "bf16_units": bf16_units(),
             "cores": os.cpu_count(), "torch_threads": threads or torch.get_num_threads(), "torch": torch.__version__}
 
 
