@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.metrics import check_metric_name
 from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
-from recbench.benchmarks.provenance import BF16_CPU_FLAGS, cpu_flags
+from recbench.benchmarks.provenance import BF16_CPU_FLAGS, bf16_units
 from recbench.benchmarks.relevance import SELECTION_METRICS
 from recbench.benchmarks.store import write_atomic
 from recbench.datasets.errors import unknown
@@ -215,10 +215,10 @@ def resolve_device(name: str) -> torch.device:
 
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes bf16 matrix products natively: a CUDA GPU that supports bf16, or a CPU with
-    one of :data:`BF16_CPU_FLAGS`."""
+    one of :data:`BF16_CPU_FLAGS` (the units a CPU row's device names)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return bool(cpu_flags() & set(BF16_CPU_FLAGS))
+    return bool(bf16_units())
 
 
 def fused_adam(device: torch.device) -> bool:

@@ -42,9 +42,9 @@ def test_a_folder_of_bf16_runs_is_refused_in_one_line_so_it_never_overwrites_the
 
     import run_all
     from benchmarks.experiments import converge_reference
-    from recbench.benchmarks import trainer
+    from recbench.benchmarks import provenance
 
-    monkeypatch.setattr(trainer, "cpu_flags", lambda: {"amx_bf16"})
+    monkeypatch.setattr(provenance, "cpu_flags", lambda cpuinfo=None: {"amx_bf16"})
     assert run_all.main(["--models", "sasrec", "--profile", "converge", "--set", "precision=bf16", "--set",
                          "sasrec:max_len=20", "--set", "sasrec:hidden=16", "--set", "sasrec:max_epochs=1",
                          "--output", str(tmp_path / "bf16"), "--cache-dir", str(tmp_path / "cache"), "--quiet",

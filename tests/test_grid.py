@@ -286,9 +286,9 @@ def test_any_ranking_metric_can_select_the_checkpoint(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, used", [(set(), "fp32"), ({"avx512_bf16"}, "bf16")])
 def test_rows_record_the_profile_and_the_precision_the_run_really_used(flags, used, tmp_path, capsys, monkeypatch):
-    from recbench.benchmarks import trainer
+    from recbench.benchmarks import provenance
 
-    monkeypatch.setattr(trainer, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(provenance, "cpu_flags", lambda cpuinfo=None: flags)
     code, _, err = run(["--models", "pop", "bprmf", "sasrec", "--profile", "converge", *TINY, "--set",
                         "bprmf:max_epochs=2", "--set", "precision=bf16"], tmp_path, capsys)
     assert code == 0 and ("no native bf16" in err) == (used == "fp32")
@@ -296,6 +296,8 @@ def test_rows_record_the_profile_and_the_precision_the_run_really_used(flags, us
     assert {row["profile"] for row in by_model.values()} == {"converge"}
     assert by_model["sasrec"]["precision"] == used and by_model["sasrec"]["train_settings"]["precision"] == "bf16"
     assert by_model["pop"]["precision"] is None  # no gradient training, no precision
+    # the device words name the bf16 units the trainer's decision read, or their absence
+    assert by_model["sasrec"]["device"].endswith("avx512_bf16)" if used == "bf16" else "no native bf16)")
     # BPR-MF's scores are elementwise: autocast runs nothing of it in bf16, so it is fp32 in fact, and says so
     assert by_model["bprmf"]["precision"] == "fp32" and by_model["bprmf"]["train_settings"]["precision"] == "bf16"
     assert ("bprmf: precision=bf16 asked for, but no operation of its training step runs in bf16" in err) == (

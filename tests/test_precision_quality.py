@@ -7,7 +7,7 @@ import pytest
 
 import run_all
 from benchmarks.experiments import precision_quality
-from recbench.benchmarks import trainer
+from recbench.benchmarks import provenance
 from recbench.benchmarks.store import read_results
 
 # SASRec, small: its matrix products are what bf16 autocast changes (BPR-MF's elementwise scores stay fp32)
@@ -17,7 +17,7 @@ JOBS = ["--models", "pop", "sasrec", "--seeds", "0", "1", "--set", "time_budget_
 
 def run(tmp_path, monkeypatch, name, flags, *settings):
     """The two seeds of SASRec (and POP) on the synthetic data into tmp_path/name, on a CPU with ``flags``."""
-    monkeypatch.setattr(trainer, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(provenance, "cpu_flags", lambda cpuinfo=None: flags)
     assert run_all.main([*JOBS, *settings, "--output", str(tmp_path / name), "--cache-dir",
                          str(tmp_path / "cache")]) == 0
     return tmp_path / name

@@ -285,9 +285,9 @@ def test_a_bf16_job_is_timed_in_bf16_where_the_cpu_has_it(flags, timed_in_bf16, 
     """The plan times a job as the trainer will run it: under bf16 autocast where precision=bf16 and the CPU has
     native bf16, so its estimate is not an fp32 figure; without native bf16 it trains in fp32 and shares the fp32
     job's measurement."""
-    from recbench.benchmarks import estimate, trainer
+    from recbench.benchmarks import estimate, provenance
 
-    monkeypatch.setattr(trainer, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(provenance, "cpu_flags", lambda cpuinfo=None: flags)
     timed = []
 
     def spy(model, examples, batch_size, bf16=False):  # the autocast itself: the next test

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from recbench.benchmarks import trainer as trainer_module
+from recbench.benchmarks import provenance, trainer as trainer_module
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings, resolve_device
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.bprmf import BPRMF, BPRMFConfig
@@ -293,8 +293,6 @@ def test_without_patience_training_runs_to_max_steps_and_tests_the_selected_step
 # ------------------------------------------------------------------------------------------- precision
 
 def test_the_cpu_its_bf16_units_and_a_rows_device_words_are_read_from_cpuinfo(tmp_path, monkeypatch):
-    from recbench.benchmarks import provenance
-
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\nflags\t\t: fpu avx2 avx512f "
                        "avx512_bf16\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
@@ -317,7 +315,7 @@ def bf16_fit(monkeypatch, flags: set) -> tuple:
     """A SASRec-CE fit with precision=bf16 on a CPU whose flags are ``flags``; its report and its weights."""
     from recbench.models.sasrec import SASRecCE, SASRecConfig
 
-    monkeypatch.setattr(trainer_module, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(provenance, "cpu_flags", lambda cpuinfo=None: flags)
     torch.manual_seed(0)
     model = SASRecCE(40, 60, SASRecConfig(max_len=10, hidden=16, dropout=0.0, attention_dropout=0.0))
     report = trainer(max_epochs=2, precision="bf16").fit(model, toy_split().train(), None)
