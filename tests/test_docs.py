@@ -128,3 +128,42 @@ def test_citations_that_resolve_and_file_names_pass(tmp_path, line):
     (tmp_path / "pkg" / "fidelity.md").write_text("# Fidelity\n")
     (tmp_path / "pkg" / "mod.py").write_text(f"{line}\n")
     assert broken_citations(tmp_path, ["REAL.md", "pkg/fidelity.md", "pkg/mod.py"]) == []
+
+
+WILDCARD = re.compile(r"(\*|<[^>]+>|\{[^}]*\})")
+
+
+def described_patterns(readme: str) -> list[re.Pattern]:
+    """The names in the first column of ``results/README.md``'s tables, as patterns: ``rows-<folder>.json`` and
+    ``parallel-grid-*.json`` stand for any text there, ``baselines-ml-1m.{json,csv}`` for either ending."""
+    patterns = []
+    for line in readme.splitlines():
+        if not line.startswith("| `"):
+            continue
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            parts = WILDCARD.split(name.rstrip("/"))  # literal text at even places, a wildcard at odd ones
+            patterns.append(re.compile("".join(
+                re.escape(part) if index % 2 == 0 else ".+" if part[0] in "*<" else f"({part[1:-1].replace(',', '|')})"
+                for index, part in enumerate(parts))))
+    return patterns
+
+
+def undescribed(names: list[str], readme: str) -> list[str]:
+    patterns = described_patterns(readme)
+    return [name for name in names if not any(pattern.fullmatch(name) for pattern in patterns)]
+
+
+def test_every_stored_reference_result_has_a_line_in_results_readme():
+    """A user reading ``results/reference/`` finds each file and folder there in results/README.md's list, with
+    what it holds and the command that wrote it."""
+    entries = sorted({name.split("/")[2] for name in tracked_files() if name.startswith("results/reference/")})
+    missing = undescribed(entries, (ROOT / "results" / "README.md").read_text(encoding="utf-8"))
+    assert not missing, f"results/reference/ holds {missing}, which results/README.md does not describe"
+
+
+def test_a_reference_file_no_line_describes_is_named():
+    readme = ("| file | holds | written by |\n|---|---|---|\n| `rows-<folder>.json` | rows | keep |\n"
+              "| `base-ml-1m.{json,csv}`, `gpu/` | both | runs |\n| `grid-*.json` | grids | grid |\n")
+    names = ["rows-probe.json", "base-ml-1m.csv", "base-ml-1m.json", "gpu", "grid-8.json",
+             "base-ml-1m.txt", "rows.json"]
+    assert undescribed(names, readme) == ["base-ml-1m.txt", "rows.json"]
