@@ -89,7 +89,7 @@ _LATEX = {
     # Characters outside the default fonts' reach become the commands that draw them.
     "±": r"$\pm$", "↓": r"$\downarrow$", "↑": r"$\uparrow$", "†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$",
     "–": "--", "—": "---", "ρ": r"$\rho$", "×": r"$\times$", "Δ": r"$\Delta$", "≥": r"$\geq$",
-    "≤": r"$\leq$", "·": r"$\cdot$", "≈": r"$\approx$", "−": "-",
+    "≤": r"$\leq$", "·": r"$\cdot$", "≈": r"$\approx$", "−": "-", "τ": r"$\tau$", "ℓ": r"$\ell$", "§": r"\S{}",
 }
 
 
