@@ -164,6 +164,8 @@ def test_the_table_keeps_every_dataset_with_a_reference_file_when_one_folder_is_
     output.mkdir()
     for name in ("converge-beauty.json", "converge-ml-1m-caser-patience3.json"):  # the second is no dataset's file
         shutil.copy(reference / name, output / name)
+    for chosen in reference.glob("chosen-on-validation-*.json"):  # rows chosen before: kept, their rule checked again
+        shutil.copy(chosen, output / chosen.name)
     folder = tmp_path / "converge-ml-1m"
     converge_reference.main(["--restore", str(reference / "converge-ml-1m.json"), str(folder)])
     assert converge_reference.main([str(folder), "--output", str(output)]) == 0
