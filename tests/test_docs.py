@@ -133,19 +133,24 @@ def test_citations_that_resolve_and_file_names_pass(tmp_path, line):
 WILDCARD = re.compile(r"(\*|<[^>]+>|\{[^}]*\})")
 
 
+def name_pattern(name: str) -> re.Pattern:
+    """A name as results/README.md writes it, as a pattern: ``*`` and ``<folder>`` stand for any text, ``{json,csv}``
+    for one of its alternatives, the rest for itself (a folder's trailing ``/`` dropped)."""
+    parts = []
+    for index, part in enumerate(WILDCARD.split(name.rstrip("/"))):  # literal text at even places, wildcards between
+        if index % 2 == 0:
+            parts.append(re.escape(part))
+        elif part.startswith("{"):
+            parts.append("(" + "|".join(map(re.escape, part[1:-1].split(","))) + ")")
+        else:
+            parts.append(".+")
+    return re.compile("".join(parts))
+
+
 def described_patterns(readme: str) -> list[re.Pattern]:
-    """The names in the first column of ``results/README.md``'s tables, as patterns: ``rows-<folder>.json`` and
-    ``parallel-grid-*.json`` stand for any text there, ``baselines-ml-1m.{json,csv}`` for either ending."""
-    patterns = []
-    for line in readme.splitlines():
-        if not line.startswith("| `"):
-            continue
-        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
-            parts = WILDCARD.split(name.rstrip("/"))  # literal text at even places, a wildcard at odd ones
-            patterns.append(re.compile("".join(
-                re.escape(part) if index % 2 == 0 else ".+" if part[0] in "*<" else f"({part[1:-1].replace(',', '|')})"
-                for index, part in enumerate(parts))))
-    return patterns
+    """The names in the first column of ``results/README.md``'s tables, as patterns (:func:`name_pattern`)."""
+    return [name_pattern(name) for line in readme.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([^`]+)`", line.split("|")[1])]
 
 
 def undescribed(names: list[str], readme: str) -> list[str]:
