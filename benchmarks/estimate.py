@@ -7,7 +7,9 @@ A job without early stopping runs exactly its steps (``max_steps``, else ``max_e
 one that validation may stop earlier runs at most that many, so its figure is an upper bound; a time budget caps
 either. Where a converged reference run of the same model on the same dataset and profile exists
 (``results/reference/converge-<dataset>.json``, :func:`reference_stops`), an early-stopped job also gets an
-expected figure: its steps up to the epoch at which early stopping ended that run (the latest over its seeds).
+expected figure: its steps up to the epoch at which early stopping ended that run (the latest over its seeds). A
+plan's own jobs that have finished (rows written, or reused from another folder) count before those files
+(:func:`finished_stops`): they share the settings the reference run may not (a study's dropout, say).
 Validation, the test pass and the one-off preparation of training examples are not included: mostly small, but a
 model that scores each (user, item) pair through a network ranks slowly (NCF's full-ranking test pass on Beauty,
 40,226 users against 54,542 items, takes over an hour on one thread).
@@ -98,8 +100,8 @@ def at_once(seconds: list[float], n_jobs: int) -> float:
 
 def total_lines(estimates: dict, n_jobs: int = 1) -> list[str]:
     """A plan's closing lines: the training of all ``estimates`` one job after another, and with ``n_jobs`` above
-    1 also with that many jobs at once; the expected figure beside the cap where a converged reference run gave
-    some job one."""
+    1 also with that many jobs at once; the expected figure beside the cap where a finished run gave some job one
+    (:func:`finished_stops`, :func:`reference_stops`)."""
     capped = [estimate.seconds or 0.0 for estimate in estimates.values()]
     if not any(estimate.expected is not None for estimate in estimates.values()):
         lines = [f"estimated training in all: {duration(sum(capped))} one job after another (validation and test "
@@ -110,7 +112,7 @@ def total_lines(estimates: dict, n_jobs: int = 1) -> list[str]:
         return lines
     likely = [estimate.likely or 0.0 for estimate in estimates.values()]
     lines = [f"estimated training in all: ≈ {duration(sum(likely))} one job after another if each early-stopped job "
-             f"stops where its converged reference run did (the others at their figure); ≤ {duration(sum(capped))} "
+             f"stops where its reference did (the others at their figure); ≤ {duration(sum(capped))} "
              f"if every job runs to its cap (validation and test passes not included)"]
     if n_jobs > 1:
         lines.append(f"with {n_jobs} jobs at once: ≈ {duration(at_once(likely, n_jobs))} (≤ "
@@ -161,6 +163,26 @@ def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int],
                 stops[(reference["dataset"], summary["model"], reference["profile"], patience)] = (
                     epochs, f"the converged {summary['model']} run on {reference['dataset']} with patience "
                             f"{patience} did (epoch {epochs}, results/reference/{path.name})")
+    return stops
+
+
+def finished_stops(runs) -> dict[tuple[str, str, str, int], tuple[int, str]]:
+    """{(dataset, model, profile, patience): (epochs, source)}, as :func:`reference_stops` gives them, from a plan's
+    own finished jobs: ``runs`` holds (run id, result rows, where) for each, ``where`` saying where reused rows
+    come from ("reused from FOLDER"; "" for rows of the plan's own folder); the latest epoch at which early
+    stopping ended one of them counts. A study's jobs share every setting but the one each varies, where the
+    reference run may differ from all of them: Table 5's ablation at dropout 0.1 reuses a default row that stopped
+    at epoch 185, while the profile's reference run at dropout 0.2 stopped at 146."""
+    stops = {}
+    for run_id, rows, where in runs:
+        for row in rows[:1]:  # a job's rows share its training, one per protocol
+            if row.get("stopped_by") != "early stopping":
+                continue
+            signature = (row["dataset"], row["model"], row["profile"], row["train_settings"]["patience"])
+            if signature not in stops or row["epochs_run"] > stops[signature][0]:
+                source = f", {where}" if where else ""
+                stops[signature] = (row["epochs_run"], f"this plan's finished {run_id} did (epoch "
+                                                       f"{row['epochs_run']}{source})")
     return stops
 
 

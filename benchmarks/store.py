@@ -182,11 +182,11 @@ class ResultStore:
         """Where the job with this file stem keeps its resumable training state while it runs."""
         return self.folder / "checkpoints" / f"{file_stem}.pt"
 
-    def finished(self, jobs) -> frozenset[str]:
+    def finished(self, jobs, rows: list[dict] | None = None) -> frozenset[str]:
         """The keys of ``jobs`` (each with ``key`` and ``protocols``) whose every protocol's row is in
-        ``results.jsonl``, read once for all of them."""
+        ``results.jsonl``, read once for all of them (or in ``rows``, where the caller has read them)."""
         have: dict[str, set[str]] = {}
-        for row in self.rows:
+        for row in self.rows if rows is None else rows:
             have.setdefault(row.get("key"), set()).add(row["protocol"])
         return frozenset(job.key for job in jobs if set(job.protocols) <= have.get(job.key, set()))
 

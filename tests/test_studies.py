@@ -365,6 +365,49 @@ def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp
     assert two.startswith("with 2 jobs at once: ≈ ") and f"(≤ {duration(sasrec.seconds)})" in two  # one job: its own
 
 
+def test_a_plans_own_early_stopped_jobs_set_where_its_other_jobs_are_expected_to_stop(tmp_path):
+    """Table 5's ablation at dropout 0.1 reuses a default row that stopped at epoch 185 while the profile's reference
+    run (dropout 0.2) stopped at 146: the plan must expect its variants to stop where its own finished jobs did, the
+    reused default row or the variants already done, the latest of them, not where the reference file says."""
+    from argparse import Namespace
+
+    from recbench.benchmarks.commands.cli import training_left
+    from recbench.benchmarks.grid import Twin
+    from recbench.benchmarks.store import ResultStore
+
+    tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=50", "patience=1", "dupe_factor=1")
+    jobs = ablation_jobs(["chain"], ["bert4rec"], variants=["default", "w/o PE", "w/o PFFN"], overrides=tiny)
+    options = RunOptions(output=tmp_path / "study", protocols=("pop100",), profile="smoke", device="cpu")
+    planned, datasets = plan_grid(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None)
+    default, without_pe, without_pffn = planned
+
+    def row(job, epochs, stopped_by="early stopping"):
+        return {"key": job.key, "protocol": "pop100", "dataset": "chain", "model": "bert4rec", "profile": "smoke",
+                "train_settings": {"patience": 1}, "epochs_run": epochs, "stopped_by": stopped_by}
+
+    store = ResultStore(tmp_path / "study")
+    args = Namespace(resume=True, device="cpu", threads=1, jobs=1)
+    twins = {default.key: Twin(tmp_path / "main", "0" * 64, (row(default, 4),))}
+    estimates = training_left(planned, datasets, store, args, {}, twins)
+    assert set(estimates) == {without_pe.key, without_pffn.key}
+    pffn = estimates[without_pffn.key]
+    per_epoch = pffn.steps // 50
+    assert pffn.steps == 50 * per_epoch and pffn.expected == pytest.approx(4 * per_epoch * pffn.per_step)
+    assert (f"if it stops where this plan's finished {default.run_id} did (epoch 4, reused from "
+            f"{tmp_path / 'main'}); ≤ ") in pffn.describe()
+
+    store.commit(without_pe.key, [row(without_pe, 7)], {})  # a later early stop of the plan's own folder counts
+    (pffn,) = training_left(planned, datasets, store, args, {}, twins).values()
+    assert pffn.expected == pytest.approx(7 * per_epoch * pffn.per_step)
+    assert f"this plan's finished {without_pe.run_id} did (epoch 7)" in pffn.describe()
+
+    store.commit(without_pe.key, [row(without_pe, 50, "max epochs")], {})  # a cap says nothing of where it stops
+    (pffn,) = training_left(planned, datasets, store, args, {}, twins).values()
+    assert pffn.expected == pytest.approx(4 * per_epoch * pffn.per_step)
+    without_resume = training_left(planned, datasets, store, Namespace(**{**vars(args), "resume": False}), {}, {})
+    assert all(estimate.expected is None for estimate in without_resume.values())  # no reference run on chain
+
+
 def test_jobs_at_once_share_the_sum_but_never_beat_the_longest_job():
     assert at_once([2.0, 2.0, 2.0, 2.0], 2) == 4.0
     assert at_once([5.0, 1.0, 1.0, 1.0], 2) == 5.0  # the longest job runs on its own core all along

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from recbench.benchmarks.estimate import estimate_jobs, reference_stops, total_lines
+from recbench.benchmarks.estimate import estimate_jobs, finished_stops, reference_stops, total_lines
 from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
@@ -140,13 +140,20 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
     machine, with the device, threads and jobs at once of ``args``. ``resumed``: {key: where its training stands}
     of the interrupted jobs a run with --resume continues (empty without --resume, when every job starts afresh and
     no finished one is skipped). None for the jobs that are done (with --resume) or reused from ``twins``, the steps
-    not trained yet for the resumed ones, all of them for the rest."""
-    finished = store.finished(planned) if args.resume else frozenset()
-    pending = [job for job in planned if job.key not in (twins or {}) and job.key not in finished]
+    not trained yet for the resumed ones, all of them for the rest. Where the done and reused jobs stopped early
+    is where the others of their model are expected to stop, before the reference runs (:func:`finished_stops`)."""
+    twins = twins or {}
+    rows = store.rows if args.resume else []
+    finished = store.finished(planned, rows)
+    pending = [job for job in planned if job.key not in twins and job.key not in finished]
     if not pending:
         return {}
+    own = [(job.run_id, [row for row in rows if row.get("key") == job.key], "") for job in planned
+           if job.key in finished]
+    own += [(job.run_id, twins[job.key].rows, f"reused from {twins[job.key].folder}") for job in planned
+            if job.key in twins]
     estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
-                              stops=reference_stops())
+                              stops={**reference_stops(), **finished_stops(own)})
     return {key: estimate.after(resumed[key]) if key in resumed else estimate for key, estimate in estimates.items()}
 
 
