@@ -161,7 +161,8 @@ def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result
     written under an older key version will not be reused; without ``resume``, refuses to discard the
     checkpoint of an interrupted run (:func:`_refuse_to_discard`)."""
     pending = []
-    finished = store.finished(planned) if resume else frozenset()
+    rows = store.rows if resume else []  # read once: a grid's file holds thousands of rows
+    finished = store.finished(planned, rows)
     for number, job in enumerate(planned, start=1):
         if job.key in finished:
             log(f"[{number}/{len(planned)}] {job.run_id}: already in results.jsonl (key {job.key[:12]}), skipped")
@@ -172,7 +173,7 @@ def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result
         _refuse_to_discard(pending, store)
     if resume and pending:
         names = {job.run_id for job in pending}
-        older = {row["run_id"] for row in store.rows
+        older = {row["run_id"] for row in rows
                  if row.get("key_version", 1) < KEY_VERSION and row.get("run_id") in names}
         if older:
             log(f"note: {len(older)} job(s) have results in {store.path} from an older version of the suite "
