@@ -67,6 +67,22 @@ def test_resume_skips_finished_jobs(tmp_path, chain_data):
     assert len(read_results(tmp_path / "out" / "results.jsonl")) == 4
 
 
+def test_rows_under_an_older_key_version_are_kept_and_said_to_run_again(tmp_path, chain_data):
+    """A user upgrading the suite reruns with --resume: rows written under an older job key no longer match, so the
+    job trains again, and the run says why instead of silently ignoring the rows it finds."""
+    run(tmp_path, chain_data, [Job("chain", "pop", 0)])
+    results = tmp_path / "out" / "results.jsonl"
+    old = [{**row, "key": "0" * 64, "key_version": 1} for row in read_results(results)]
+    results.write_text("".join(json.dumps(row) + "\n" for row in old))
+    log = []
+    rows = run_jobs([Job("chain", "pop", 0)], options(tmp_path, resume=True), preloaded={"chain": chain_data},
+                    log=log.append).rows
+    assert [row["seed"] for row in rows] == [0, 0]  # trained again, both protocols
+    (note,) = [line for line in log if line.startswith("note: ")]
+    assert "1 job(s) have results" in note and "e.g. chain/pop/seed0" in note and "the old rows are kept" in note
+    assert len(read_results(results)) == 4
+
+
 def test_corrupt_results_file_names_the_line(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text('{"a": 1}\n{broken\n')
