@@ -229,6 +229,12 @@ class ResultStore:
         if failures or self.failures_path.exists():
             write_atomic(self.failures_path, "".join(json.dumps(f) + "\n" for f in failures))
 
+    def latest_plan(self) -> dict | None:
+        """The latest invocation's start entry of ``manifest.jsonl`` (its ``time``, ``command`` and ``jobs``: each
+        planned job's key, run id and action), None in a folder no run has started in."""
+        starts = [entry for entry in _read_jsonl(self.manifest_path, "rerun") if entry.get("event") == "start"]
+        return starts[-1] if starts else None
+
     def start_invocation(self, invocation: dict, planned: list, pending: set[str], reused=frozenset()) -> None:
         """Append this invocation to ``manifest.jsonl`` and merge its jobs into ``config.json``; each job's action
         is ``run`` (``pending``), ``reuse`` (``reused``: rows copied from another folder) or ``skip``."""

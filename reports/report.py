@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from recbench.benchmarks.store import read_tuning_studies, write_atomic
+from recbench.benchmarks.store import ResultStore, read_tuning_studies, write_atomic
 from recbench.reports import figures, names, splits, tables, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
@@ -19,6 +19,7 @@ from recbench.reports.results import SMOKE_LABEL, ResultSet, load_results
 from recbench.reports.stats import PerUser
 
 MAX_LISTED_PROBLEMS = 10  # per-user problems listed in the report before "and N more"
+MAX_LISTED_JOBS = 10  # unfinished jobs listed before "and N more"
 
 
 def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tuple[list[Table], list[str]]:
@@ -48,7 +49,29 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
             notes.append(f"{what} skipped: no matching rows.")
     built += tuning.tuning_tables(results, protocols, per_user, alpha)
     notes += _problems(per_user)
-    return [t for t in built if t is not None], notes
+    return [t for t in built if t is not None], notes + _unfinished(results)
+
+
+def _unfinished(results: ResultSet) -> list[str]:
+    """A note naming the jobs the latest run into the folder planned that have no rows yet (still running,
+    interrupted or failed), so that a table read mid-study says which of its rows are missing and not only what
+    it shows; nothing when every planned job has its rows."""
+    store = ResultStore(results.folder)
+    plan = store.latest_plan()
+    if plan is None:
+        return []
+    have = {row.get("key") for row in results.rows}
+    missing = [job for job in plan["jobs"] if job["key"] not in have]
+    if not missing:
+        return []
+    failed = {failure["key"] for failure in store.failures}
+    listed = [job["run_id"] + (" (failed: failed.jsonl)" if job["key"] in failed else "")
+              for job in missing[:MAX_LISTED_JOBS]]
+    more = f" and {len(missing) - MAX_LISTED_JOBS} more" if len(missing) > MAX_LISTED_JOBS else ""
+    return [f"{len(missing)} of the {len(plan['jobs'])} jobs of the latest run into this folder (started "
+            f"{plan['time']}, `manifest.jsonl`) have no rows yet, so their cells are missing from the tables: "
+            f"{', '.join(listed)}{more}. Rerun its command with --resume to finish them (an interrupted job "
+            f"continues from its checkpoint)."]
 
 
 def _problems(per_user: PerUser) -> list[str]:

@@ -382,6 +382,31 @@ def test_a_folder_with_one_model_works(tmp_path):
     assert "Attention heat maps skipped" in text and "No `config.json`" in text
 
 
+def test_a_report_read_mid_run_names_the_planned_jobs_that_have_no_rows_yet(tmp_path):
+    """Table 5's ablation takes a day: a report of its folder halfway must say which rows are missing and why, not
+    only show the rows there are. Only the latest run's plan counts (an earlier run may have planned other jobs)."""
+    rows = [{**ranking_row(tmp_path, "ml-1m", "bert4rec", 0, variant="default", study="ablation"), "key": "a"}]
+    write_results(tmp_path, rows)
+
+    def start(time, jobs):
+        return {"event": "start", "time": time, "jobs": [{"key": key, "run_id": f"ml-1m/bert4rec/{name}/seed0",
+                                                          "action": "run"} for key, name in jobs]}
+
+    manifest = [start("2026-01-01T00:00:00+00:00", [("old", "w/o LN")]),
+                start("2026-01-02T00:00:00+00:00", [("a", "default"), ("b", "w/o PE"), ("c", "L=4")])]
+    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(entry) + "\n" for entry in manifest))
+    (tmp_path / "failed.jsonl").write_text(json.dumps({"key": "c", "error": "out of memory"}) + "\n")
+    report = generate_report(tmp_path).read_text()
+    (note,) = [line for line in report.splitlines() if "have no rows yet" in line]
+    assert note.startswith("- 2 of the 3 jobs of the latest run into this folder (started 2026-01-02T00:00:00")
+    assert "ml-1m/bert4rec/w/o PE/seed0, ml-1m/bert4rec/L=4/seed0 (failed: failed.jsonl)." in note
+    assert "w/o LN" not in note and "--resume" in note
+
+    manifest[-1]["jobs"] = manifest[-1]["jobs"][:1]  # every planned job has its rows: nothing to say
+    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(entry) + "\n" for entry in manifest))
+    assert "have no rows yet" not in generate_report(tmp_path).read_text()
+
+
 def test_unknown_studies_and_tasks_are_ignored(tmp_path):
     rows = [ranking_row(tmp_path, "ml-1m", "sasrec", 0), {**ranking_row(tmp_path, "ml-1m", "pop", 0),
                                                           "study": "future-study"},
