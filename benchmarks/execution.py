@@ -4,7 +4,8 @@ The driver (:func:`benchmarks.grid.run_jobs`) hands over :class:`~benchmarks.wor
 gets :class:`~benchmarks.worker.JobOutcome` values back as jobs finish; workers never write results.
 
 - ``n_jobs = 1``: one job after another in this process, with progress bars.
-- ``n_jobs = N``: N joblib (loky) worker processes. The machine's CPU threads are divided among them
+- ``n_jobs = N``: N joblib (loky) worker processes, each writing a line an epoch that starts with its job's run
+  id (bars of several processes would overwrite each other). The machine's CPU threads are divided among them
   (``threads`` overrides), and when several CUDA devices are visible each job takes one from a shared pool.
   A worker that dies (killed, out of memory) ends its job; the jobs it left unfinished are run again, resuming
   from their checkpoints, at most :data:`RETRIES` times.
@@ -72,6 +73,8 @@ class Executor:
         local_parallel = n_jobs > 1 and not dask_scheduler
         self.threads_per_job = options.threads or (max(1, cpu_threads() // n_jobs) if local_parallel else None)
         self.worker_progress = options.progress and not local_parallel and not dask_scheduler
+        # Workers side by side share the driver's stderr: a line an epoch each, named by its run id, and no bars.
+        self.worker_epoch_lines = options.progress and local_parallel
         self.device_pool = None
         if local_parallel and resolve_device(options.device).type == "cuda" and torch.cuda.device_count() > 1:
             self.device_pool = self._cuda_pool(n_jobs)

@@ -141,7 +141,8 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     payloads = [JobPayload(planned=job, device=options.device, threads=executor.threads_per_job,
                            negatives_dir=str(cache / "negatives"), checkpoint=str(store.checkpoint(job.file_stem)),
                            resume=options.resume, keep_weights=options.keep_checkpoints,
-                           progress=executor.worker_progress, commit=invocation["commit"], compile=options.compile)
+                           progress=executor.worker_progress, epoch_lines=executor.worker_epoch_lines,
+                           commit=invocation["commit"], compile=options.compile)
                 for job in pending]
     try:
         for outcome in executor.run(payloads, datasets, clock.started):

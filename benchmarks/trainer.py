@@ -133,7 +133,9 @@ class TrainRun:
 
     seed: int = 0  # shuffling, negatives and masks drawn during training (the job's seed)
     checkpoint: str | Path | None = None  # where the resumable state is written after every epoch
-    progress: bool = True
+    progress: bool = True  # a bar where it redraws in place (a terminal, a notebook), else a line an epoch
+    bars: bool = True  # False: a line an epoch even on a terminal (parallel workers' bars would overwrite each other)
+    label: str | None = None  # what each epoch line starts with (default: the model's name; parallel jobs: run ids)
     compile: bool = False  # torch.compile the model's loss (a first step per new batch shape compiles)
     # Called after every validation; returning a reason (e.g. "pruned") ends the run with it as its stop reason.
     on_validation: Callable[[Validation], str | None] | None = None
@@ -517,7 +519,8 @@ class Trainer:
         stopping ends in minutes. Where bars cannot redraw in place (stderr is a log file) there is no bar but a
         line an epoch (:meth:`_show`)."""
         steps, _ = self._caps(session)
-        known, drawn = self._end_known(session, validate), self.run.progress and bars_redraw_in_place()
+        known = self._end_known(session, validate)
+        drawn = self.run.progress and self.run.bars and bars_redraw_in_place()
         return tqdm(total=steps if known else None, initial=state.step, desc=session.model.name, unit="step",
                     smoothing=0, disable=not drawn, dynamic_ncols=True, leave=False,
                     bar_format=None if known else "{desc}: {n_fmt} steps [{elapsed}, {rate_fmt}{postfix}]")
@@ -561,7 +564,7 @@ class Trainer:
             parts.append(f"stopped: {state.stopped_by}")
         elif known and rate > 0:
             parts.append(f"{tqdm.format_interval((steps - state.step) / rate)} left")
-        return f"{session.model.name}: " + ", ".join(parts)
+        return f"{self.run.label or session.model.name}: " + ", ".join(parts)
 
     # ----------------------------------------------------------------------------------------------- parts
 

@@ -66,12 +66,13 @@ class JobPayload:
     checkpoint: str  # absolute path of the resumable training state
     resume: bool  # continue from the checkpoint when it exists (else start afresh)
     keep_weights: bool  # return the selected weights with the results
-    progress: bool
+    progress: bool  # bars (in the driver's process), or lines where stderr is a log
     commit: str
     compile: bool = False  # torch.compile each training step
     on_validation: Callable | None = None  # called after each validation (TrainRun.on_validation); picklable
     test: bool = True  # False: a tuning trial, trained and validated only; its one row is the validation result
     device_pool: object = None  # a queue of CUDA devices shared by local workers, or None
+    epoch_lines: bool = False  # a line an epoch, starting with the job's run id, and no bars (a worker beside others)
     driver_pid: int = field(default_factory=os.getpid)  # the process that planned the job
     driver_host: str = field(default_factory=socket.gethostname)
 
@@ -209,8 +210,9 @@ def train_and_test(payload: JobPayload, data: SequenceData, device: torch.device
     if isinstance(model, torch.nn.Module):
         model.to(device)
     validate = _validator(model, planned, evaluator, pairs)
-    run = TrainRun(seed=job.seed, checkpoint=checkpoint, progress=payload.progress, compile=payload.compile,
-                   on_validation=payload.on_validation)
+    run = TrainRun(seed=job.seed, checkpoint=checkpoint, progress=payload.progress or payload.epoch_lines,
+                   bars=not payload.epoch_lines, label=job.run_id if payload.epoch_lines else None,
+                   compile=payload.compile, on_validation=payload.on_validation)
     cpu_started = time.process_time()
     fit = fit_model(model, split.train(), validate, planned.config.train, run)
     facts = {**_job_fields(planned, data, split), **_fit_fields(planned, fit), "model_report": _training_report(model),

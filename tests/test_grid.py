@@ -355,16 +355,17 @@ def test_two_jobs_at_once_give_the_metrics_of_one_at_a_time(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------ separate processes
 
-def cli(tmp_path, *argv, output="out", wrapper=()):
+def cli(tmp_path, *argv, output="out", wrapper=(), quiet=True):
     """``python run_all.py`` in a new process group (so that a signal reaches only it and its workers), started
-    by the ``wrapper`` command (e.g. ``timeout 600``) when one is given."""
+    by the ``wrapper`` command (e.g. ``timeout 600``) when one is given; its output in ``<output>.log``."""
     env = {**os.environ, "RECBENCH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
     log = open(tmp_path / f"{output}.log", "w")
     # SIGINT as a terminal delivers it: a suite started in the background by a non-interactive shell ignores SIGINT,
     # and a child would inherit that and never see the tests' Ctrl-C.
     return subprocess.Popen([*wrapper, sys.executable, "run_all.py", *argv, "--output", str(tmp_path / output),
-                             "--quiet", "--no-report"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                             *(["--quiet"] if quiet else []), "--no-report"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def lock_is_free(path: Path) -> bool:
@@ -398,6 +399,20 @@ def assert_each_result_once(tmp_path, output="out"):
     found = [(row["model"], row["protocol"]) for row in rows(tmp_path, output)]
     assert sorted(found) == sorted({(model, protocol) for model in ("pop", "sasrec", "fpmc")
                                     for protocol in ("full", "pop100")})
+
+
+def test_jobs_side_by_side_each_log_a_line_an_epoch_named_by_its_run(tmp_path):
+    """Table 5's ablation runs two five-hour jobs at once: the log must show how far each has come, and say which
+    job a line is about (both are BERT4Rec), where the workers' bars used to be switched off and nothing showed."""
+    process = cli(tmp_path, "--models", "bprmf", "fpmc", "--set", "time_budget_s=none", "--set", "max_epochs=3",
+                  "--set", "patience=none", "--jobs", "2", "--threads", "1", quiet=False)
+    assert process.wait(timeout=300) == 0, (tmp_path / "out.log").read_text()
+    log = (tmp_path / "out.log").read_text()
+    for model in ("bprmf", "fpmc"):
+        lines = [line for line in log.splitlines() if line.startswith(f"synthetic/{model}/seed0: step ")]
+        assert [re.search(r"epoch (\d+)/3", line)[1] for line in lines] == ["1", "2", "3"], log
+        assert lines[-1].endswith("stopped: max epochs")
+    assert "\r" not in log  # no bars
 
 
 def test_killing_a_worker_loses_and_duplicates_nothing(tmp_path):

@@ -20,7 +20,7 @@ def new_model(seed=0) -> BPRMF:
     return BPRMF(40, 60, BPRMFConfig(hidden=8))
 
 
-RUN_FIELDS = ("seed", "checkpoint", "progress", "compile", "on_validation")
+RUN_FIELDS = ("seed", "checkpoint", "progress", "bars", "label", "compile", "on_validation")
 
 
 def trainer(**changes) -> Trainer:
@@ -148,6 +148,17 @@ def test_a_log_gets_a_line_an_epoch_with_validation_and_the_time_left(capsys, mo
     assert lines[0].endswith(" left") and lines[2].endswith("stopped: max epochs")  # the caps end it: time left
     assert trainer(max_epochs=2, progress=False).fit(new_model(), toy_split().train(), None).epochs_run == 2
     assert capsys.readouterr().err == ""
+
+
+def test_a_job_beside_others_writes_lines_named_by_its_run_even_on_a_terminal(capsys, monkeypatch):
+    """Jobs run side by side (--jobs 2) share the terminal: their bars would overwrite each other, so each writes a
+    line an epoch, starting with its run id, since two BERT4Rec jobs of an ablation are not told apart by name."""
+    monkeypatch.setattr(trainer_module, "bars_redraw_in_place", lambda: True)
+    trainer(max_epochs=2, patience=None, progress=True, bars=False, label="chain/bprmf/w/o PE/seed0").fit(
+        new_model(), toy_split().train(), None)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(", ")[1] for line in lines] == ["epoch 1/2", "epoch 2/2"]
+    assert all(line.startswith("chain/bprmf/w/o PE/seed0: step ") for line in lines) and "\r" not in "".join(lines)
 
 
 def test_the_bar_counts_to_what_ends_the_run_and_promises_no_time_when_early_stopping_decides(monkeypatch):

@@ -307,7 +307,8 @@ class Study:
         return JobPayload(planned=planned, device=context.options.device, threads=executor.threads_per_job,
                           negatives_dir=str(cache / "negatives"),
                           checkpoint=str(self.store.checkpoint(planned.file_stem)), resume=True, keep_weights=False,
-                          progress=executor.worker_progress, commit=context.commit, compile=context.options.compile,
+                          progress=executor.worker_progress, epoch_lines=executor.worker_epoch_lines,
+                          commit=context.commit, compile=context.options.compile,
                           on_validation=reporter, test=False)
 
     def record(self, outcome: JobOutcome) -> None:
