@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recbench.benchmarks.estimate import duration
+from recbench.benchmarks.estimate import at_once, duration
 from recbench.benchmarks.execution import Executor
 from recbench.benchmarks.jobs import KEY_VERSION, GridError, GridInterrupted, Job, PlannedJob
 from recbench.benchmarks.options import RunOptions
@@ -107,13 +107,14 @@ def _reused(job: PlannedJob, twin: Twin) -> JobOutcome:
 
 
 def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = None, plan: tuple | None = None,
-             log=print, twins: dict | None = None) -> GridResult:
+             log=print, twins: dict | None = None, estimates: dict | None = None) -> GridResult:
     """Plan, run and record a grid of jobs (see the module docstring); returns what became of each job.
 
     ``preloaded`` maps dataset names to ready :class:`~datasets.sequences.SequenceData` (in-memory data);
     other names are loaded through :func:`datasets.load_dataset`. ``plan`` is what :func:`plan_grid` returned for
     these jobs and options, when the caller has planned them already (to show the plan first). ``twins``: the study
-    jobs that take a main-grid job's rows instead of training (:func:`reusable_twins`). With
+    jobs that take a main-grid job's rows instead of training (:func:`reusable_twins`). ``estimates``: the plan's
+    training time of each job (:func:`benchmarks.commands.cli.training_left`), for the time left it states. With
     ``options.resume`` jobs whose key already has every result row are skipped and interrupted training continues
     from its checkpoint; without it a job runs afresh, and its new rows replace the old rows of the same key once
     it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run
@@ -137,7 +138,7 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
         prepare_negatives(pending, datasets, cache, log)
     sources = {job.job.model: job.model_source for job in planned if job.model_source}
     executor = Executor(options, log, sources=sources)
-    clock = Progress(planned, pending, executor.parallelism, log)
+    clock = Progress(planned, pending, executor.parallelism, log, estimates)
     payloads = [JobPayload(planned=job, device=options.device, threads=executor.threads_per_job,
                            negatives_dir=str(cache / "negatives"), checkpoint=str(store.checkpoint(job.file_stem)),
                            resume=options.resume, keep_weights=options.keep_checkpoints,
@@ -245,17 +246,21 @@ def _job_seconds(outcome: JobOutcome) -> float:
 
 
 class Progress:
-    """One line per started and finished job, with the time left estimated from the finished jobs that trained,
-    model by model: a job is expected to take as long as the finished jobs of its model took on average. Jobs
-    without training (POP) take seconds, and models differ a hundredfold under the converge profile (BPR-MF
-    minutes, BERT4Rec hours), so a job of a model not yet timed gets no guess: the line counts it apart."""
+    """One line per started and finished job, with the time left: where the plan estimated a job's training
+    (``estimates``, :mod:`benchmarks.estimate`: timed steps to where a converged run of its model stopped), that
+    figure; else as long as the finished jobs of its model took on average. Jobs without training (POP) take
+    seconds, and models differ a hundredfold under the converge profile (BPR-MF minutes, BERT4Rec hours), so a job
+    of a model neither estimated nor timed gets no guess: the line counts it apart. The variants of a study differ
+    threefold in a step's time (Table 5's L = 1 and h = 8), which a model's mean does not see and the plan does."""
 
-    def __init__(self, planned: list[PlannedJob], pending: list[PlannedJob], parallelism: int, log):
+    def __init__(self, planned: list[PlannedJob], pending: list[PlannedJob], parallelism: int, log,
+                 estimates: dict | None = None):
         self.pending = {job.key: job for job in pending}
         self.number = {job.key: number for number, job in enumerate(planned, start=1)}
         self.total = len(planned)
         self.parallelism = max(1, parallelism)
         self.log = log
+        self.estimated = {key: estimate.likely or 0.0 for key, estimate in (estimates or {}).items()}
         self.seconds: dict[str, list[float]] = {}  # model -> seconds of its finished jobs that trained
 
     def started(self, job: PlannedJob) -> None:
@@ -274,13 +279,13 @@ class Progress:
                      f"{': ' + metrics if metrics else ''}{self._left()}")
 
     def _left(self) -> str:
-        timed = [job for job in self.pending.values() if job.job.model in self.seconds]
-        untimed = len(self.pending) - len(timed)
-        if not timed:
+        left = [self.estimated[job.key] if job.key in self.estimated else float(np.mean(self.seconds[job.job.model]))
+                for job in self.pending.values() if job.key in self.estimated or job.job.model in self.seconds]
+        untimed = len(self.pending) - len(left)
+        if not left:
             return ""
-        left = sum(float(np.mean(self.seconds[job.job.model])) for job in timed) / self.parallelism
-        text = f"about {left / 60:.1f} min left" if left >= 60 else f"about {left:.0f} s left"
+        text = f"about {duration(at_once(left, self.parallelism))} left"
         if untimed:
-            text += (f" for the {len(timed)} job{'s' if len(timed) > 1 else ''} of models timed so far, "
+            text += (f" for the {len(left)} job{'s' if len(left) > 1 else ''} of models timed so far, "
                      f"{untimed} more of models not yet timed")
         return ", " + text

@@ -477,6 +477,9 @@ def test_a_resumed_studys_plan_skips_its_finished_jobs_and_times_only_what_the_i
     assert main([*argv, "--resume"]) == 0  # the run itself prints the same plan before it trains
     ran = capsys.readouterr().out
     assert f"    resumes from epoch 1 of at most 2, best validation NDCG@10 {state['best_metric']:.4f}" in ran
+    # the run's time left, from the plan's estimate (no job of its model has finished in this run)
+    started = r"^\[1/2\] synthetic/bert4rec/default/seed0 \(key \w+\), about (\d+ s|\d+\.\d (min|h)) left$"
+    assert re.search(started, ran, re.M), ran
     assert "    done: its rows are in results.jsonl, skipped (--resume)" in ran
     assert len(re.findall(r"estimated training left: ", ran)) == 1 and ran.count("estimated training in all: ") == 1
 

@@ -90,11 +90,13 @@ def split_spec(args: argparse.Namespace) -> SplitSpec:
 
 
 def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table: Callable[[list[dict]], str],
-             plan: tuple | None = None, twins: dict | None = None, estimate: bool = False) -> int:
+             plan: tuple | None = None, twins: dict | None = None, estimate: bool = False,
+             estimates: dict | None = None) -> int:
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them, with ``estimate`` each job's training
     time left), then write ``table.md`` (``table(rows)`` gives it) and the report; returns the exit code.
     ``plan``: what :func:`plan_grid` returned, when the caller has planned the jobs already; ``twins``: the study
-    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`)."""
+    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`); ``estimates``: the training the plan
+    expects of each job (:func:`training_left`), from which a run states its time left."""
     try:
         if args.dry_run:
             planned, datasets = plan or plan_grid(jobs, options)
@@ -104,7 +106,7 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
                          if estimate else None)
             print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
             return 0
-        result = run_jobs(jobs, options, plan=plan, twins=twins)
+        result = run_jobs(jobs, options, plan=plan, twins=twins, estimates=estimates)
     except GridInterrupted:
         print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
               f"to continue (interrupted training resumes from its checkpoint)", file=sys.stderr)

@@ -386,7 +386,7 @@ def main(argv=None) -> int:
             return 0
         done = store.finished(trained) if args.resume else frozenset()
         print(*plan_lines(planned, estimates, args.jobs, twins, done, resumed), sep="\n")
-        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins)
+        return run_grid(args, jobs, options, table=table, plan=(planned, datasets), twins=twins, estimates=estimates)
 
     return guard(run, args.debug)
 
