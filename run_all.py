@@ -66,13 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="override a hyper-parameter or trainer setting, e.g. --set hidden=128 "
                              "--set sasrec:max_epochs=50 (repeatable)")
     parser.add_argument("--estimate", action="store_true",
-                        help="with --dry-run: time a few training steps of each job's model on its data, on this "
-                             "machine, and print the training each job has left (with --resume: none for a job "
-                             "that is done, the rest for one a checkpoint holds) and the total")
+                        help="time a few training steps of each job's model on its data, on this machine, and "
+                             "print the training each job has left (with --resume: none for a job that is done, "
+                             "the rest for one a checkpoint holds) and the total; with --dry-run only that, else "
+                             "the run then states its time left from those figures")
     add_run_options(parser)
     args = parser.parse_args(argv)
-    if args.estimate and not args.dry_run:
-        parser.error("--estimate prints a plan's training times: add --dry-run")
     _check_data_and_models(parser, args)
     _check_protocols(parser, args)
     if args.output is None:

@@ -351,9 +351,17 @@ def test_dry_run_prints_jobs_with_settings_and_keys_and_runs_nothing(tmp_path, c
     assert code == 0 and out.count(" key ") == 4 and "model: max_len=" in out and "train: optimizer=" in out
     assert "train: (no training)" in out  # POP
     assert not (tmp_path / "out").exists()
-    with pytest.raises(SystemExit):  # the time estimate belongs to a plan, not to a run it would slow down
-        run(["--models", "pop", "--estimate"], tmp_path, capsys)
-    assert "--estimate prints a plan's training times: add --dry-run" in capsys.readouterr().err
+
+
+def test_a_run_with_estimate_times_its_jobs_first_and_states_its_time_left_from_them(tmp_path, capsys):
+    """A grid of models that differ a hundredfold gets no time left from finished jobs until each model has one;
+    with --estimate the run times every job first (seconds, which a smoke run would notice, so only when asked),
+    prints the total and gives each start line the time left of the jobs not yet done."""
+    code, out, _ = run(["--models", "pop", "bprmf", "--estimate"], tmp_path, capsys)
+    assert code == 0 and "estimated training in all: " in out
+    starts = [line for line in out.splitlines() if line.startswith("[")]
+    assert len(starts) == 2 and all(re.search(r"\), about (\d+ s|\d+\.\d min) left$", line) for line in starts), out
+    assert len(rows(tmp_path)) == 4  # and it ran: two models, two protocols
 
 
 def test_every_invocation_accumulates_in_the_manifest_and_config(tmp_path, capsys):

@@ -96,16 +96,21 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
     time left), then write ``table.md`` (``table(rows)`` gives it) and the report; returns the exit code.
     ``plan``: what :func:`plan_grid` returned, when the caller has planned the jobs already; ``twins``: the study
     jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`); ``estimates``: the training the plan
-    expects of each job (:func:`training_left`), from which a run states its time left."""
+    expects of each job (:func:`training_left`), from which a run states its time left; with ``estimate`` and
+    none given, a run times its jobs first and prints their total."""
     try:
-        if args.dry_run:
-            planned, datasets = plan or plan_grid(jobs, options)
+        if args.dry_run or (estimate and estimates is None):
+            plan = plan or plan_grid(jobs, options)
+            planned, datasets = plan
             store = ResultStore(options.output)
             states = interrupted(planned, store)  # read once: a checkpoint holds the weights too (hundreds of MB)
-            estimates = (training_left(planned, datasets, store, args, states if options.resume else {}, twins)
-                         if estimate else None)
-            print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
-            return 0
+            if estimate:
+                estimates = training_left(planned, datasets, store, args, states if options.resume else {}, twins)
+            if args.dry_run:
+                print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
+                return 0
+            if estimates:
+                print(*total_lines(estimates, args.jobs), sep="\n")
         result = run_jobs(jobs, options, plan=plan, twins=twins, estimates=estimates)
     except GridInterrupted:
         print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
