@@ -103,7 +103,8 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
             plan = plan or plan_grid(jobs, options)
             planned, datasets = plan
             store = ResultStore(options.output)
-            states = interrupted(planned, store)  # read once: a checkpoint holds the weights too (hundreds of MB)
+            # read once, and only where used: a checkpoint holds the weights too (hundreds of MB)
+            states = interrupted(planned, store) if args.dry_run or options.resume else {}
             if estimate:
                 estimates = training_left(planned, datasets, store, args, states if options.resume else {}, twins)
             if args.dry_run:
