@@ -163,10 +163,24 @@ def _provenance(results: ResultSet) -> list[str]:
                    isinstance(config.get("jobs"), list) else "every job's ")
         lines.append(f"- Run configuration (`config.json`): `{json.dumps(shown, sort_keys=True)}`; {planned}"
                      f"resolved hyper-parameters are in `config.json` and in each row of `results.jsonl`.")
+        lines += _common_overrides(results)
     else:
         lines.append("- No `config.json` in this folder; each row of `results.jsonl` records its own "
                      "hyper-parameters and trainer settings.")
     return lines
+
+
+def _common_overrides(results: ResultSet) -> list[str]:
+    """A line naming the settings every job behind the rows was given beside its profile's (``--set``, or the
+    Python API's overrides; ``config.json``): Table 5's ablation at dropout 0.1 reads as the paper's settings unless
+    the report says so, since a row's label names only what its variant changes."""
+    keys = {row.get("key") for row in results.rows}
+    jobs = [job for job in (results.config or {}).get("jobs", []) if isinstance(job, dict) and job.get("key") in keys]
+    common = set.intersection(*(set(job.get("overrides") or ()) for job in jobs)) if jobs else set()
+    if not common:
+        return []
+    return [f"- Settings every job here was given beside its profile's (`--set`): "
+            f"{', '.join(f'`{setting}`' for setting in sorted(common))}."]
 
 
 def _smoke_banner(results: ResultSet) -> list[str]:

@@ -402,9 +402,27 @@ def test_a_report_read_mid_run_names_the_planned_jobs_that_have_no_rows_yet(tmp_
     assert "ml-1m/bert4rec/w/o PE/seed0, ml-1m/bert4rec/L=4/seed0 (failed: failed.jsonl)." in note
     assert "w/o LN" not in note and "--resume" in note
 
+
     manifest[-1]["jobs"] = manifest[-1]["jobs"][:1]  # every planned job has its rows: nothing to say
     (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(entry) + "\n" for entry in manifest))
     assert "have no rows yet" not in generate_report(tmp_path).read_text()
+
+
+def test_the_report_names_the_settings_every_job_was_given_beside_its_profiles(tmp_path):
+    """Table 5's ablation ran at dropout 0.1, and its rows' labels name only what each variant removes: the report
+    must say what every job was set to, or its table reads as the profile's settings."""
+    rows = [{**ranking_row(tmp_path, "ml-1m", "bert4rec", 0, variant=variant, study="ablation"), "key": key}
+            for key, variant in (("a", "default"), ("b", "w/o PE"))]
+    write_results(tmp_path, rows)
+    assert "Settings every job here" not in generate_report(tmp_path).read_text()  # no config.json: nothing known
+    config = {"jobs": [{"key": "a", "overrides": ["bert4rec:dropout=0.1", "bert4rec:attention_dropout=0.1"]},
+                       {"key": "b", "overrides": ["bert4rec:dropout=0.1", "bert4rec:attention_dropout=0.1",
+                                                  "use_position=false"]},
+                       {"key": "never run", "overrides": ["hidden=256"]}]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    lines = generate_report(tmp_path).read_text().splitlines()
+    assert ("- Settings every job here was given beside its profile's (`--set`): `bert4rec:attention_dropout=0.1`, "
+            "`bert4rec:dropout=0.1`.") in lines  # not w/o PE's own setting, nor a job without rows
 
 
 def test_unknown_studies_and_tasks_are_ignored(tmp_path):
