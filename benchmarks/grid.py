@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,8 +263,10 @@ class Progress:
         self.log = log
         self.estimated = {key: estimate.likely or 0.0 for key, estimate in (estimates or {}).items()}
         self.seconds: dict[str, list[float]] = {}  # model -> seconds of its finished jobs that trained
+        self.began: dict[str, float] = {}  # key -> when a job was handed out (time.monotonic)
 
     def started(self, job: PlannedJob) -> None:
+        self.began[job.key] = time.monotonic()
         self.log(f"[{self.number[job.key]}/{self.total}] {job.run_id} (key {job.key[:12]}){self._left()}")
 
     def done(self, outcome: JobOutcome) -> None:
@@ -275,12 +278,20 @@ class Progress:
         elif self.parallelism > 1:
             metrics = "; ".join(f"{row['protocol']} NDCG@10 {row['metrics']['NDCG@10']:.4f}"
                                 for row in outcome.rows if "NDCG@10" in row["metrics"])
-            self.log(f"  done [{self.number[job.key]}/{self.total}] {job.run_id} in {outcome.seconds:.0f}s"
+            self.log(f"  done [{self.number[job.key]}/{self.total}] {job.run_id} in {duration(outcome.seconds)}"
                      f"{': ' + metrics if metrics else ''}{self._left()}")
 
     def _left(self) -> str:
-        left = [self.estimated[job.key] if job.key in self.estimated else float(np.mean(self.seconds[job.job.model]))
-                for job in self.pending.values() if job.key in self.estimated or job.job.model in self.seconds]
+        now, left = time.monotonic(), []
+        for job in self.pending.values():
+            if job.key in self.estimated:
+                expected = self.estimated[job.key]
+            elif job.job.model in self.seconds:
+                expected = float(np.mean(self.seconds[job.job.model]))
+            else:
+                continue
+            # a running job has spent part of it (one that runs past it counts none)
+            left.append(max(0.0, expected - (now - self.began.get(job.key, now))))
         untimed = len(self.pending) - len(left)
         if not left:
             return ""

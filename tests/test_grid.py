@@ -195,9 +195,15 @@ def test_the_time_left_takes_the_plans_estimates_where_there_are_some():
     assert lines[-1].endswith("(key L=4), about 5.0 h left for the 3 jobs of models timed so far, 1 more of models "
                               "not yet timed")  # (5 + 2 + 3) / 2 = 5 h, the longest job's 5 h
     rows = [{"protocol": "full", "train_seconds": 7200.0, "eval_seconds": 5.0, "metrics": {}}]
+    clock.started(planned[1])
+    clock.began["L=1"] -= 1800.0  # L = 1 has run half an hour of its two
     clock.done(SimpleNamespace(key="L=4", status="finished", trained=True, rows=rows, seconds=7205.0))
+    assert lines[-1].startswith("  done [1/4] ml-1m/bert4rec/L=4/seed0 in 2.0 h")
     clock.done(SimpleNamespace(key="default", status="finished", trained=True, rows=rows, seconds=7205.0))
     assert lines[-1].endswith("about 3.0 h left")  # L = 1 and w/o PE by the plan, not by L = 4's two hours
+    clock.began["L=1"] -= 3 * 3600.0  # past its estimate: none of it is counted, w/o PE's three hours are
+    clock.started(planned[2])
+    assert lines[-1].endswith("about 3.0 h left")
 
 
 def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):
