@@ -57,14 +57,17 @@ def _unfinished(results: ResultSet) -> list[str]:
     interrupted or failed), so that a table read mid-study says which of its rows are missing and not only what
     it shows; nothing when every planned job has its rows."""
     store = ResultStore(results.folder)
-    plan = store.latest_plan()
+    try:
+        plan, failures = store.latest_plan(), store.failures
+    except ValueError as error:  # a line cut short by a killed driver: the tables stand without this note
+        return [f"Jobs without rows not listed: {error}."]
     if plan is None:
         return []
     have = {row.get("key") for row in results.rows}
     missing = [job for job in plan["jobs"] if job["key"] not in have]
     if not missing:
         return []
-    failed = {failure["key"] for failure in store.failures}
+    failed = {failure["key"] for failure in failures}
     listed = [job["run_id"] + (" (failed: failed.jsonl)" if job["key"] in failed else "")
               for job in missing[:MAX_LISTED_JOBS]]
     more = f" and {len(missing) - MAX_LISTED_JOBS} more" if len(missing) > MAX_LISTED_JOBS else ""

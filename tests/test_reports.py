@@ -403,6 +403,11 @@ def test_a_report_read_mid_run_names_the_planned_jobs_that_have_no_rows_yet(tmp_
     assert "w/o LN" not in note and "--resume" in note
 
 
+    with (tmp_path / "manifest.jsonl").open("a") as torn:  # a driver killed while it appended a line
+        torn.write('{"event": "start", "ti')
+    report = generate_report(tmp_path).read_text()
+    assert "- Jobs without rows not listed: " in report and "manifest.jsonl, line 3: not valid JSON" in report
+
     manifest[-1]["jobs"] = manifest[-1]["jobs"][:1]  # every planned job has its rows: nothing to say
     (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(entry) + "\n" for entry in manifest))
     assert "have no rows yet" not in generate_report(tmp_path).read_text()
