@@ -282,7 +282,9 @@ class Progress:
         elif self.parallelism > 1:
             metrics = "; ".join(f"{row['protocol']} NDCG@10 {row['metrics']['NDCG@10']:.4f}"
                                 for row in outcome.rows if "NDCG@10" in row["metrics"])
-            self.log(f"  done [{self.number[job.key]}/{self.total}] {job.run_id} in {duration(outcome.seconds)}"
+            # a resumed job's earlier sessions count too (this one may have trained its last minutes only)
+            took = duration(_job_seconds(outcome) if outcome.trained else outcome.seconds)
+            self.log(f"  done [{self.number[job.key]}/{self.total}] {job.run_id} in {took}"
                      f"{': ' + metrics if metrics else ''}{self._left()}")
 
     def _left(self) -> str:

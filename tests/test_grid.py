@@ -198,7 +198,8 @@ def test_the_time_left_takes_the_plans_estimates_where_there_are_some():
     rows = [{"protocol": "full", "train_seconds": 7200.0, "eval_seconds": 5.0, "metrics": {}}]
     clock.started(planned[1])
     clock.began["L=1"] -= 1800.0  # L = 1 has run half an hour of its two
-    clock.done(SimpleNamespace(key="L=4", status="finished", trained=True, rows=rows, seconds=7205.0))
+    # resumed at its end: this session's ten minutes, and the two hours of training its rows record
+    clock.done(SimpleNamespace(key="L=4", status="finished", trained=True, rows=rows, seconds=600.0))
     assert lines[-1].startswith("  done [1/4] ml-1m/bert4rec/L=4/seed0 in 2.0 h")
     clock.done(SimpleNamespace(key="default", status="finished", trained=True, rows=rows, seconds=7205.0))
     assert lines[-1].endswith("about 3.0 h left")  # L = 1 and w/o PE by the plan, not by L = 4's two hours
