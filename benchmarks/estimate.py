@@ -168,21 +168,21 @@ def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int],
 
 def finished_stops(runs) -> dict[tuple[str, str, str, int], tuple[int, str]]:
     """{(dataset, model, profile, patience): (epochs, source)}, as :func:`reference_stops` gives them, from a plan's
-    own finished jobs: ``runs`` holds (run id, result rows, where) for each, ``where`` saying where reused rows
-    come from ("reused from FOLDER"; "" for rows of the plan's own folder); the latest epoch at which early
-    stopping ended one of them counts. A study's jobs share every setting but the one each varies, where the
-    reference run may differ from all of them: Table 5's ablation at dropout 0.1 reuses a default row that stopped
-    at epoch 185, while the profile's reference run at dropout 0.2 stopped at 146."""
+    own finished jobs: ``runs`` holds (run id, one of its result rows, where) for each (a job's rows share its
+    training, one per protocol), ``where`` saying where reused rows come from ("reused from FOLDER"; "" for rows
+    of the plan's own folder); the latest epoch at which early stopping ended one of them counts. A study's jobs
+    share every setting but the one each varies, where the reference run may differ from all of them: Table 5's
+    ablation at dropout 0.1 reuses a default row that stopped at epoch 185, while the profile's reference run at
+    dropout 0.2 stopped at 146."""
     stops = {}
-    for run_id, rows, where in runs:
-        for row in rows[:1]:  # a job's rows share its training, one per protocol
-            if row.get("stopped_by") != "early stopping":
-                continue
-            signature = (row["dataset"], row["model"], row["profile"], row["train_settings"]["patience"])
-            if signature not in stops or row["epochs_run"] > stops[signature][0]:
-                source = f", {where}" if where else ""
-                stops[signature] = (row["epochs_run"], f"this plan's finished {run_id} did (epoch "
-                                                       f"{row['epochs_run']}{source})")
+    for run_id, row, where in runs:
+        if row.get("stopped_by") != "early stopping":
+            continue
+        signature = (row["dataset"], row["model"], row["profile"], row["train_settings"]["patience"])
+        if signature not in stops or row["epochs_run"] > stops[signature][0]:
+            source = f", {where}" if where else ""
+            stops[signature] = (row["epochs_run"], f"this plan's finished {run_id} did (epoch "
+                                                   f"{row['epochs_run']}{source})")
     return stops
 
 

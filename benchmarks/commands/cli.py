@@ -156,9 +156,11 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
     pending = [job for job in planned if job.key not in twins and job.key not in finished]
     if not pending:
         return {}
-    own = [(job.run_id, [row for row in rows if row.get("key") == job.key], "") for job in planned
-           if job.key in finished]
-    own += [(job.run_id, twins[job.key].rows, f"reused from {twins[job.key].folder}") for job in planned
+    first_row = {}
+    for row in rows:
+        first_row.setdefault(row.get("key"), row)
+    own = [(job.run_id, first_row[job.key], "") for job in planned if job.key in finished]
+    own += [(job.run_id, twins[job.key].rows[0], f"reused from {twins[job.key].folder}") for job in planned
             if job.key in twins]
     estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
                               stops={**reference_stops(), **finished_stops(own)})
