@@ -56,6 +56,12 @@ class Estimate:
         """The expected seconds where known, else the figure itself (exact, capped or an upper bound)."""
         return self.seconds if self.expected is None else self.expected
 
+    @property
+    def bound_only(self) -> bool:
+        """Whether all that is known is an upper bound: early stopping may end the job anywhere before its cap, and
+        no converged run says where (neither exact, nor capped by a budget, nor expected)."""
+        return not (self.seconds is None or self.exact or self.budget is not None or self.expected is not None)
+
     def after(self, state: TrainState) -> Estimate:
         """What is left of this estimate for a job an interrupted run left at ``state`` (its checkpoint's): the
         steps not trained yet (none once its training has ended), the budget not spent yet."""

@@ -264,8 +264,7 @@ class Progress:
         # A bare upper bound (early stopping may end the job anywhere before its cap) is no time left: such a job
         # counts as untimed until a job of its model has finished.
         self.estimated = {key: estimate.likely or 0.0 for key, estimate in (estimates or {}).items()
-                          if estimate.seconds is None or estimate.exact or estimate.budget is not None
-                          or estimate.expected is not None}
+                          if not estimate.bound_only}
         self.seconds: dict[str, list[float]] = {}  # model -> seconds of its finished jobs that trained
         self.began: dict[str, float] = {}  # key -> when a job was handed out (time.monotonic)
 
