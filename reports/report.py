@@ -30,7 +30,8 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
     built += main
     if not any(main):
         notes.append("Table 2 skipped: no main-grid ranking results (study == \"main\").")
-    comparison = tables.published_table(results, *load_published()) if PUBLISHED_PROTOCOL in protocols else None
+    published, source = load_published()
+    comparison = tables.published_table(results, published, source) if PUBLISHED_PROTOCOL in protocols else None
     built.append(comparison)
     if comparison is None:
         smoke = any(results.is_smoke(r) for r in results.select(task=tables.RANKING, protocol=PUBLISHED_PROTOCOL))
@@ -39,7 +40,7 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
                      + (", other than smoke-profile results, which are never compared with the paper's."
                         if smoke else "."))
     cloze = [tables.cloze_table(results, p) for p in protocols]
-    ablation = [tables.ablation_table(results, p) for p in protocols]
+    ablation = [tables.ablation_table(results, p, published=published) for p in protocols]
     relevance_protocols = sorted(results.values("protocol", results.select(task="relevance")))
     relevance = [tables.relevance_table(results, p) for p in relevance_protocols]
     for found, what in ((cloze, "Table 3 (Cloze study)"), (ablation, "Table 5 (ablation)"),

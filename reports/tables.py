@@ -5,7 +5,8 @@
   the best baseline, and paired significance marks.
 - Published comparison: our pop100 values next to the published row at each one's setting (``published.csv``).
 - Table 3: the Cloze study (SASRec vs BERT4Rec with one item masked, both readings, vs BERT4Rec).
-- Table 5: the ablation (NDCG@10 per variant, ↓ for a drop of more than 10% against the default).
+- Table 5: the ablation (NDCG@10 per variant with its change against the default, ↓ for a drop of more than 10%;
+  under pop100 the paper's column beside ours where the rows are at its setting).
 - Relevance: accuracy, AUC and log-loss of the relevance-prediction task.
 A missing result is a "–" cell, never an error.
 """
@@ -362,8 +363,23 @@ def cloze_table(results: ResultSet, protocol: str) -> Table | None:
 
 # ------------------------------------------------------------------------------------------------- Table 5
 
-def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_METRIC) -> Table | None:
-    """Paper Table 5: one row per variant, one column per dataset (and per model when several were ablated)."""
+def _ablation_cell(summary: Summary | None, default: Summary | None) -> Cell:
+    """A variant's value with its relative change against ``default`` (None in the default row itself), and ↓
+    for a drop of more than :data:`ABLATION_DROP`, as the paper marks it."""
+    cell = value_cell(summary)
+    if summary is not None and default is not None and default.mean > 0:
+        change = (summary.mean - default.mean) / default.mean
+        cell.text += f" ({100 * change:+.1f}%)".replace("-", "−") + (" ↓" if -change > ABLATION_DROP else "")
+    return cell
+
+
+def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_METRIC,
+                   published: list[Published] = ()) -> Table | None:
+    """Paper Table 5: one row per variant, one column per dataset (and per model when several were ablated).
+
+    Under the paper's protocol, a column whose rows all have a Table 5 row at their setting (BERT4Rec at d = 64,
+    smoke-profile rows left out, as :func:`published_table` holds them) gets the paper's column beside it, so that
+    the relative drops can be read side by side."""
     rows = [r for r in results.select(study="ablation", task=RANKING, protocol=protocol) if r.variant]
     if not rows:
         return None
@@ -375,36 +391,44 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     def variant_rows(column: tuple, variant: str) -> list[Row]:
         return [r for r in by_column[column] if names.canonical_variant(r.variant) == variant]
 
-    defaults, fallback, used = {}, [], list(rows)
+    defaults, fallback, column_rows = {}, [], dict(by_column)
     for column in columns:
         default = variant_rows(column, "default")
         if not default:  # the main grid trains the same default configuration
             default = results.select(study="main", task=RANKING, protocol=protocol,
                                      model=column[0], dataset=column[1])
             fallback += [column] if default else []
-            used += default
+            column_rows[column] = by_column[column] + default
         defaults[column] = summarize(default, metric)
+    used = [r for found in column_rows.values() for r in found]
     variants = names.order_variants(["default", *(r.variant for r in rows)])
+    paper = _table5_columns(results, protocol, metric, published, column_rows)
     table_rows, summaries = [], []
     for variant in variants:
         line = [label(variant)]
         for column in columns:
             base = defaults[column]
             summary = base if variant == "default" else summarize(variant_rows(column, variant), metric)
-            cell = value_cell(summary)
-            if summary is not None and base is not None and base.mean > 0 and \
-                    (base.mean - summary.mean) / base.mean > ABLATION_DROP:
-                cell.text += " ↓"
             summaries += [summary] if summary else []
-            line.append(cell)
+            line.append(_ablation_cell(summary, None if variant == "default" else base))
+            if column in paper:
+                values = paper[column]
+                line.append(_ablation_cell(values.get(variant), None if variant == "default" else values["default"]))
         table_rows.append(line)
     several = len(models) > 1
-    header = ["Architecture", *(f"{names.model_name(m)} {names.dataset_name(d)}" if several
-                                else names.dataset_name(d) for m, d in columns)]
+    header = ["Architecture"]
+    for m, d in columns:
+        header.append(f"{names.model_name(m)} {names.dataset_name(d)}" if several else names.dataset_name(d))
+        if (m, d) in paper:
+            header.append(f"{header[-1]} (paper)")
     model_text = names.model_name(models[0]) if not several else "each model"
     smoke_title, smoke_notes = smoke_label(results, used)
     notes = [*smoke_notes, _protocol_note(protocol, rows),
-             f"{metric} of {model_text}; ↓: a drop of more than {ABLATION_DROP:.0%} against the default."]
+             f"{metric} of {model_text}; in brackets the change against the default; ↓: a drop of more than "
+             f"{ABLATION_DROP:.0%}."]
+    if paper:
+        notes.append(f"(paper): Table 5 of Sun et al. (2019), d = 64, {PUBLISHED_PROTOCOL}; a gap where it has no "
+                     f"such row.")
     removed = []
     for variant in variants:
         texts = {names.model_name(m): text for m in models if (text := names.ablation_removes(m, variant))}
@@ -420,6 +444,24 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     notes += _seed_notes(summaries)
     return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}{smoke_title}",
                  header, table_rows, notes=notes, paper="Table 5")
+
+
+def _table5_columns(results: ResultSet, protocol: str, metric: str, published: list[Published],
+                    column_rows: dict[tuple, list[Row]]) -> dict[tuple, dict[str, Summary]]:
+    """The paper's Table 5 values (as one-seed summaries, by variant) for each (model, dataset) column of ours
+    whose every row, its default's included, is held against Table 5 (:func:`published_anchor`)."""
+    if protocol != PUBLISHED_PROTOCOL:
+        return {}
+    out = {}
+    for (model, dataset), rows in column_rows.items():
+        anchors = [None if results.is_smoke(r) else published_anchor(r) for r in rows]
+        if not all(anchor and anchor[0] == "Table 5" for anchor in anchors):
+            continue
+        values = {e.variant: Summary(e.value, None, 1) for e in published
+                  if (e.table, e.dataset, e.model, e.metric) == ("Table 5", dataset, model, metric)}
+        if "default" in values:
+            out[(model, dataset)] = values
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- relevance

@@ -277,13 +277,41 @@ def test_cloze_table(fixture_report):
 
 def test_ablation_table_marks_large_drops(fixture_report):
     header, body = parse_markdown(fixture_report / "tables" / "table5_ablation_pop100.md")
-    assert header == ["Architecture", "ML-1m"]
+    assert header == ["Architecture", "ML-1m", "ML-1m (paper)"]
     cells = {row[0]: row[1] for row in body}
     assert list(cells) == ["default", "w/o PE", "L=1", "h=4"]  # the paper's row order
     assert cells["w/o PE"].endswith("↓")
     assert not cells["L=1"].endswith("↓") and not cells["h=4"].endswith("↓")
-    default = [r["metrics"]["NDCG@10"] for r in rows_of(fixture_report) if r["variant"] == "default"]
-    assert numbers(cells["default"])[0] == round(float(np.mean(default)), 4)
+    ndcg = {variant: float(np.mean([r["metrics"]["NDCG@10"] for r in rows_of(fixture_report)
+                                    if r["variant"] == variant and r["protocol"] == "pop100"]))
+            for variant in cells}
+    assert numbers(cells["default"])[0] == round(ndcg["default"], 4)
+    change = 100 * (ndcg["L=1"] - ndcg["default"]) / ndcg["default"]
+    assert f"({change:+.1f}%)".replace("-", "−") in cells["L=1"]
+
+
+def test_ablation_table_sets_the_papers_relative_drops_beside_ours(fixture_report):
+    """Table 5 is read as drops against the default row: the paper's column gives its own (ML-1m, d = 64, pop100:
+    .4759 default, w/o PE .2155 is −54.7% and marked, L=1 .4412 is −7.3%, h=4 .4770 is +0.2%)."""
+    _, body = parse_markdown(fixture_report / "tables" / "table5_ablation_pop100.md")
+    paper = {row[0]: row[2] for row in body}
+    assert paper == {"default": "0.4759", "w/o PE": "0.2155 (−54.7%) ↓", "L=1": "0.4412 (−7.3%)",
+                     "h=4": "0.4770 (+0.2%)"}
+
+
+@pytest.mark.parametrize("setting", ["d = 256", "smoke", "full ranking"])
+def test_no_paper_column_where_table_5_was_measured_otherwise(tmp_path, setting):
+    """Table 5 is BERT4Rec at d = 64 under pop100; an ablation at d = 256, a smoke run or full ranking is not
+    held against it, and its table has only our columns."""
+    hidden = 256 if setting == "d = 256" else 64
+    protocol = "full" if setting == "full ranking" else "pop100"
+    extra = {"profile": "smoke"} if setting == "smoke" else {}
+    rows = [ranking_row(tmp_path, "ml-1m", "bert4rec", 0, protocol=protocol, study="ablation", variant=variant,
+                        hidden=hidden, **extra) for variant in ("default", "w/o PE")]
+    generate_report(write_results(tmp_path, rows), protocols=[protocol])
+    header, body = parse_markdown(next((tmp_path / "tables").glob(f"table5_ablation_{protocol}.md")))
+    assert header == ["Architecture", "ML-1m"]
+    assert body[0] == ["default", plain(body[0][1])] and "(" in body[1][1]
 
 
 def test_relevance_table(fixture_report):
