@@ -50,7 +50,7 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
             notes.append(f"{what} skipped: no matching rows.")
     built += tuning.tuning_tables(results, protocols, per_user, alpha)
     notes += _problems(per_user)
-    return [t for t in built if t is not None], notes + _unfinished(results)
+    return [t for t in built if t is not None], notes
 
 
 def _unfinished(results: ResultSet) -> list[str]:
@@ -249,6 +249,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
     results_dir = Path(results_dir)
     results = load_results(results_dir)
     notes = []
+    unfinished = _unfinished(results)  # before the tables' choice of protocols and split sets rows aside
     present = names.order_protocols(results.values("protocol", results.select(task=tables.RANKING)))
     if protocols:
         notes += [f"Requested protocol {p} has no ranking results." for p in protocols if p not in present]
@@ -259,7 +260,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
     paper, split_notes = _paper_split(results)
     notes += split_notes
     built, table_notes = _build_tables(paper, present, alpha)
-    notes += table_notes
+    notes += table_notes + unfinished
     for table in built:
         write_table(table, table_dir)
     section, section_tables, section_notes = _split_section(results, table_dir, figure_dir, alpha)

@@ -441,6 +441,22 @@ def test_a_report_read_mid_run_names_the_planned_jobs_that_have_no_rows_yet(tmp_
     assert "have no rows yet" not in generate_report(tmp_path).read_text()
 
 
+def test_jobs_whose_rows_the_papers_tables_leave_out_are_not_reported_missing(tmp_path):
+    """The paper's tables show one split and the requested protocols; a finished job of the other split (or with
+    rows of another protocol only) has its rows in the folder and is not one that 'has no rows yet'."""
+    rows = [{**ranking_row(tmp_path, "ml-1m", "sasrec", 0, split_scheme=split, protocol=protocol), "key": key}
+            for key, split, protocol in (("loo", "leave-one-out", "pop100"), ("temporal", "temporal", "pop100"),
+                                         ("full-only", "leave-one-out", "full"))]
+    write_results(tmp_path, rows)
+    jobs = [{"key": key, "run_id": f"ml-1m/sasrec/{key}/seed0", "action": "run"}
+            for key in ("loo", "temporal", "full-only", "pending")]
+    (tmp_path / "manifest.jsonl").write_text(json.dumps({"event": "start", "time": "2026-01-02T00:00:00+00:00",
+                                                         "jobs": jobs}) + "\n")
+    report = generate_report(tmp_path, protocols=["pop100"]).read_text()
+    (note,) = [line for line in report.splitlines() if "have no rows yet" in line]
+    assert note.startswith("- 1 of the 4 jobs") and "ml-1m/sasrec/pending/seed0." in note
+
+
 def test_the_report_names_the_settings_every_job_was_given_beside_its_profiles(tmp_path):
     """Table 5's ablation ran at dropout 0.1, and its rows' labels name only what each variant removes: the report
     must say what every job was set to, or its table reads as the profile's settings."""
