@@ -1,5 +1,6 @@
-"""Figures (PNG and PDF) from result rows: sensitivity sweeps, training curves, quality against training time,
-accuracy against the popularity of the lists, attention heat maps and bar charts of Table 2.
+"""Figures (PNG and PDF) from result rows: sensitivity sweeps, training curves (the main grid's and the ablation's),
+quality against training time, accuracy against the popularity of the lists, attention heat maps and bar charts of
+Table 2.
 
 Every builder returns the figures it wrote and, when it had nothing to draw, a note saying why, so the report can
 say what was skipped. Colours and markers are fixed per model across all figures.
@@ -221,31 +222,70 @@ def curve_figures(results: ResultSet, folder: Path) -> Outcome:
     for dataset in names.order_datasets({d for d, _, _ in runs}):
         chosen = {key: row for key, row in runs.items() if key[0] == dataset}
         models = names.order_models({m for _, m, _ in chosen})
-        metrics = sorted({str(row.get("valid_metric", _valid_key(row)[len("valid_"):]))
-                          for row in chosen.values()})
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
-        for (_, model, seed), row in sorted(chosen.items(), key=lambda item: (models.index(item[0][1]),
-                                                                              item[0][2])):
-            key = _valid_key(row)
-            points = [r for r in row.get("curve") if key in r]
-            colour, marker = style[model]
-            for ax, x_key in zip(axes, ("epoch", "seconds")):
-                ax.plot([p[x_key] for p in points], [p[key] for p in points], color=colour, marker=marker,
-                        markersize=4, alpha=0.85)
-        axes[0].set_xlabel("epoch")
-        axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes[1].set_xlabel("training time (s)")
-        axes[0].set_ylabel(f"validation {' / '.join(metrics)}")
-        axes[0].set_title("against epochs")
-        axes[1].set_title("against wall-clock time")
-        handles = [Line2D([], [], color=style[m][0], marker=style[m][1]) for m in models]
-        _legend_right(fig, handles, [names.model_name(m) for m in models], title="model")
-        fig.suptitle(f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)"
-                     f"{_smoke_title(results, list(chosen.values()))}")
-        figures.append(_save(fig, folder, f"curves_{_slug(dataset)}",
-                             f"Validation {' / '.join(metrics)} during training on "
-                             f"{names.dataset_name(dataset)}, against epochs and seconds."))
+        lines = [(row, model) for (_, model, _), row in
+                 sorted(chosen.items(), key=lambda item: (models.index(item[0][1]), item[0][2]))]
+        figures.append(_curves_figure(
+            results, folder, f"curves_{_slug(dataset)}", lines, style,
+            {m: names.model_name(m) for m in models}, "model",
+            f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)",
+            f"during training on {names.dataset_name(dataset)}, against epochs and seconds."))
     return Outcome(figures, [])
+
+
+def ablation_curve_figures(results: ResultSet, folder: Path) -> Outcome:
+    """Table 5's runs as curves: validation metric against epoch and training seconds, one line per variant and
+    seed, a figure per (dataset, model). Where a variant's row stands far from the paper's, its curve says why
+    (it climbed later, or never left its first level before early stopping ended it). Nothing to say when the
+    folder holds no ablation rows (Table 5's own note covers that)."""
+    runs = {}
+    for row in results.select(study="ablation", task=RANKING):
+        if row.variant and _valid_key(row):
+            runs.setdefault((row.dataset, row.model, names.canonical_variant(row.variant), row.seed), row)
+    if not runs:
+        return Outcome([], ["Ablation training curves skipped: no ablation row has a validated curve."]
+                       if results.select(study="ablation", task=RANKING) else [])
+    figures = []
+    for dataset, model in sorted({key[:2] for key in runs}, key=lambda key: (
+            names.order_datasets(results.values("dataset")).index(key[0]), key[1])):
+        chosen = {key[2:]: row for key, row in runs.items() if key[:2] == (dataset, model)}
+        variants = names.order_variants({variant for variant, _ in chosen})
+        palette = sns.color_palette("tab20", len(variants))
+        style = {v: (palette[i], MARKERS[i % len(MARKERS)]) for i, v in enumerate(variants)}
+        lines = [(row, variant) for (variant, _), row in
+                 sorted(chosen.items(), key=lambda item: (variants.index(item[0][0]), item[0][1]))]
+        where = f"{names.model_name(model)} on {names.dataset_name(dataset)}"
+        figures.append(_curves_figure(
+            results, folder, f"ablation_curves_{_slug(dataset)}_{_slug(model)}", lines, style,
+            {v: v for v in variants}, "variant", f"Ablation (Table 5): training curves of {where} "
+            f"(one line per variant and seed)", f"of each ablation variant of {where} during training, against "
+            f"epochs and seconds; each line ends where its training stopped."))
+    return Outcome(figures, [])
+
+
+def _curves_figure(results: ResultSet, folder: Path, name: str, lines: list[tuple[Row, str]],
+                   style: dict[str, tuple], labels: dict[str, str], legend_title: str, title: str,
+                   caption_tail: str) -> Figure:
+    """Two panels, validation metric against epoch and against training seconds: one line per (row, group)
+    of ``lines``, drawn in its group's (colour, marker) of ``style``, the legend naming ``labels``' groups."""
+    metrics = sorted({str(row.get("valid_metric", _valid_key(row)[len("valid_"):])) for row, _ in lines})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
+    for row, line_group in lines:
+        key = _valid_key(row)
+        points = [r for r in row.get("curve") if key in r]
+        colour, marker = style[line_group]
+        for ax, x_key in zip(axes, ("epoch", "seconds")):
+            ax.plot([p[x_key] for p in points], [p[key] for p in points], color=colour, marker=marker,
+                    markersize=4, alpha=0.85)
+    axes[0].set_xlabel("epoch")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].set_xlabel("training time (s)")
+    axes[0].set_ylabel(f"validation {' / '.join(metrics)}")
+    axes[0].set_title("against epochs")
+    axes[1].set_title("against wall-clock time")
+    handles = [Line2D([], [], color=style[g][0], marker=style[g][1]) for g in labels]
+    _legend_right(fig, handles, list(labels.values()), title=legend_title)
+    fig.suptitle(title + _smoke_title(results, [row for row, _ in lines]))
+    return _save(fig, folder, name, f"Validation {' / '.join(metrics)} {caption_tail}")
 
 
 # ------------------------------------------------------------------------------------ quality against time

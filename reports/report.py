@@ -269,6 +269,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
 
     with figures.house_style():
         outcomes = [figures.sensitivity_figures(paper, figure_dir), figures.curve_figures(paper, figure_dir),
+                    figures.ablation_curve_figures(paper, figure_dir),
                     figures.quality_time_figures(paper, figure_dir),
                     figures.attention_figures(paper, figure_dir, user=user),
                     figures.bar_figures(paper, figure_dir, present),

@@ -88,8 +88,9 @@ def table2_cells(folder: Path, protocol: str = "pop100") -> tuple[list[str], dic
 def test_every_table_and_figure_is_written_and_linked(fixture_report):
     tables = ["table1_datasets", "table2_pop100", "table2_full", "published_comparison", "table3_cloze_pop100",
               "table5_ablation_pop100", "relevance_pairs"]
-    figures = ["sensitivity_hidden_pop100", "curves_ml-1m", "curves_beauty", "quality_vs_time_pop100",
-               "quality_vs_time_full", "attention_ml-1m_bert4rec", "bars_pop100", "bars_full"]
+    figures = ["sensitivity_hidden_pop100", "curves_ml-1m", "curves_beauty", "ablation_curves_ml-1m_bert4rec",
+               "quality_vs_time_pop100", "quality_vs_time_full", "attention_ml-1m_bert4rec", "bars_pop100",
+               "bars_full"]
     report = (fixture_report / "report.md").read_text()
     for name in tables:
         for suffix in ("md", "tex"):
@@ -648,6 +649,32 @@ def drawn(monkeypatch):
     plt = figures.plt
     for fig in kept.values():
         plt.close(fig)
+
+
+def test_the_ablation_curves_draw_each_variant_and_seed_to_where_it_stopped(tmp_path, drawn):
+    """Table 5's rows differ from the paper's for reasons a number cannot show (a variant that climbed later, or
+    never left its first level before early stopping ended it): each variant's validation curve, one line per seed
+    and protocol-independent, in the paper's row order, with its last point at the last validated epoch."""
+    from recbench.reports import figures
+
+    rows = []
+    for variant, seeds, epochs in (("w/o PE", (0,), 3), ("default", (0, 1), 5)):
+        for seed in seeds:
+            for protocol in ("pop100", "full"):  # one training run, two rows: one line
+                row = ranking_row(tmp_path, "ml-1m", "bert4rec", seed, protocol=protocol, study="ablation",
+                                  variant=variant, with_per_user=False)
+                rows.append({**row, "curve": row["curve"][:epochs]})
+    rows.append(ranking_row(tmp_path, "ml-1m", "sasrec", 0, with_per_user=False))  # the main grid: not here
+    outcome = figures.ablation_curve_figures(load_results(write_results(tmp_path, rows)), tmp_path)
+    assert [f.name for f in outcome.figures] == ["ablation_curves_ml-1m_bert4rec"] and not outcome.notes
+    by_epoch, by_time = drawn["ablation_curves_ml-1m_bert4rec"].axes
+    assert [list(line.get_xdata()) for line in by_epoch.get_lines()] == [[1, 2, 3, 4, 5]] * 2 + [[1, 2, 3]]
+    assert [line.get_color() for line in by_time.get_lines()] == [line.get_color() for line in by_epoch.get_lines()]
+    legend = drawn["ablation_curves_ml-1m_bert4rec"].legends[0]
+    assert [text.get_text() for text in legend.get_texts()] == ["default", "w/o PE"]
+
+    main_only = [row for row in rows if row["study"] == "main"]
+    assert figures.ablation_curve_figures(load_results(write_results(tmp_path, main_only)), tmp_path).notes == []
 
 
 def test_error_bars_and_bands_only_with_two_or_more_seeds(tmp_path, drawn):
