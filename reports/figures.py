@@ -225,9 +225,9 @@ def curve_figures(results: ResultSet, folder: Path) -> Outcome:
         lines = [(row, model) for (_, model, _), row in
                  sorted(chosen.items(), key=lambda item: (models.index(item[0][1]), item[0][2]))]
         figures.append(_curves_figure(
-            results, folder, f"curves_{_slug(dataset)}", lines, style,
-            {m: names.model_name(m) for m in models}, "model",
-            f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)",
+            folder, f"curves_{_slug(dataset)}", lines, style, {m: names.model_name(m) for m in models}, "model",
+            f"Training curves on {names.dataset_name(dataset)} (one line per model and seed)"
+            f"{_smoke_title(results, list(chosen.values()))}",
             f"during training on {names.dataset_name(dataset)}, against epochs and seconds."))
     return Outcome(figures, [])
 
@@ -255,16 +255,15 @@ def ablation_curve_figures(results: ResultSet, folder: Path) -> Outcome:
                  sorted(chosen.items(), key=lambda item: (variants.index(item[0][0]), item[0][1]))]
         where = f"{names.model_name(model)} on {names.dataset_name(dataset)}"
         figures.append(_curves_figure(
-            results, folder, f"ablation_curves_{_slug(dataset)}_{_slug(model)}", lines, style,
-            {v: v for v in variants}, "variant", f"Ablation (Table 5): training curves of {where} "
-            f"(one line per variant and seed)", f"of each ablation variant of {where} during training, against "
-            f"epochs and seconds; each line ends where its training stopped."))
+            folder, f"ablation_curves_{_slug(dataset)}_{_slug(model)}", lines, style, {v: v for v in variants},
+            "variant", f"Ablation (Table 5): training curves of {where} (one line per variant and seed)"
+            f"{_smoke_title(results, list(chosen.values()))}", f"of each ablation variant of {where} during "
+            f"training, against epochs and seconds; each line ends where its training stopped."))
     return Outcome(figures, [])
 
 
-def _curves_figure(results: ResultSet, folder: Path, name: str, lines: list[tuple[Row, str]],
-                   style: dict[str, tuple], labels: dict[str, str], legend_title: str, title: str,
-                   caption_tail: str) -> Figure:
+def _curves_figure(folder: Path, name: str, lines: list[tuple[Row, str]], style: dict[str, tuple],
+                   labels: dict[str, str], legend_title: str, title: str, caption_tail: str) -> Figure:
     """Two panels, validation metric against epoch and against training seconds: one line per (row, group)
     of ``lines``, drawn in its group's (colour, marker) of ``style``, the legend naming ``labels``' groups."""
     metrics = sorted({str(row.get("valid_metric", _valid_key(row)[len("valid_"):])) for row, _ in lines})
@@ -284,7 +283,7 @@ def _curves_figure(results: ResultSet, folder: Path, name: str, lines: list[tupl
     axes[1].set_title("against wall-clock time")
     handles = [Line2D([], [], color=style[g][0], marker=style[g][1]) for g in labels]
     _legend_right(fig, handles, list(labels.values()), title=legend_title)
-    fig.suptitle(title + _smoke_title(results, [row for row, _ in lines]))
+    fig.suptitle(title)
     return _save(fig, folder, name, f"Validation {' / '.join(metrics)} {caption_tail}")
 
 

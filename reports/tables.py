@@ -391,7 +391,8 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     def variant_rows(column: tuple, variant: str) -> list[Row]:
         return [r for r in by_column[column] if names.canonical_variant(r.variant) == variant]
 
-    defaults, fallback, column_rows = {}, [], dict(by_column)
+    ours, fallback, column_rows = {}, [], dict(by_column)
+    variants = names.order_variants(["default", *(r.variant for r in rows)])
     for column in columns:
         default = variant_rows(column, "default")
         if not default:  # the main grid trains the same default configuration
@@ -399,22 +400,14 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
                                      model=column[0], dataset=column[1])
             fallback += [column] if default else []
             column_rows[column] = by_column[column] + default
-        defaults[column] = summarize(default, metric)
+        ours[column] = {v: summarize(default if v == "default" else variant_rows(column, v), metric) for v in variants}
     used = [r for found in column_rows.values() for r in found]
-    variants = names.order_variants(["default", *(r.variant for r in rows)])
     paper = _table5_columns(results, protocol, metric, published, column_rows)
-    table_rows, summaries = [], []
-    for variant in variants:
-        line = [label(variant)]
-        for column in columns:
-            base = defaults[column]
-            summary = base if variant == "default" else summarize(variant_rows(column, variant), metric)
-            summaries += [summary] if summary else []
-            line.append(_ablation_cell(summary, None if variant == "default" else base))
-            if column in paper:
-                values = paper[column]
-                line.append(_ablation_cell(values.get(variant), None if variant == "default" else values["default"]))
-        table_rows.append(line)
+    sources = [values for column in columns for values in (ours[column], *([paper[column]] if column in paper else []))]
+    table_rows = [[label(variant), *(_ablation_cell(values.get(variant), None if variant == "default" else
+                                                    values.get("default")) for values in sources)]
+                  for variant in variants]
+    summaries = [summary for values in ours.values() for summary in values.values() if summary is not None]
     several = len(models) > 1
     header = ["Architecture"]
     for m, d in columns:
@@ -429,6 +422,17 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     if paper:
         notes.append(f"(paper): Table 5 of Sun et al. (2019), d = 64, {PUBLISHED_PROTOCOL}; a gap where it has no "
                      f"such row.")
+    notes += _removed_notes(models, variants)
+    if fallback:
+        notes.append("Default taken from the main grid for: "
+                     + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")
+    notes += _seed_notes(summaries)
+    return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}{smoke_title}",
+                 header, table_rows, notes=notes, paper="Table 5")
+
+
+def _removed_notes(models: list[str], variants: list[str]) -> list[str]:
+    """A note saying what each variant removes, as the model code does it (per model where models differ)."""
     removed = []
     for variant in variants:
         texts = {names.model_name(m): text for m in models if (text := names.ablation_removes(m, variant))}
@@ -436,14 +440,7 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
             removed.append(f"{variant}: {next(iter(texts.values()))}")
         elif texts:
             removed.append(f"{variant}: " + ", ".join(f"{name} {text}" for name, text in texts.items()))
-    if removed:
-        notes.append("What a row removes, as the model code does it: " + "; ".join(removed) + ".")
-    if fallback:
-        notes.append("Default taken from the main grid for: "
-                     + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")
-    notes += _seed_notes(summaries)
-    return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}{smoke_title}",
-                 header, table_rows, notes=notes, paper="Table 5")
+    return ["What a row removes, as the model code does it: " + "; ".join(removed) + "."] if removed else []
 
 
 def _table5_columns(results: ResultSet, protocol: str, metric: str, published: list[Published],
