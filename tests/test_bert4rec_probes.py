@@ -16,7 +16,10 @@ def test_every_probe_changes_what_it_says_and_nothing_else():
                 "cloze-only": {"mask_last": (True, False)}, "positions-end": {"positions": ("start", "end")},
                 "no-overlap": {"window_step": (0.5, 1.0)}, "no-weight-decay": {"weight_decay": (0.01, 0.0)},
                 "linear-decay": {"decay": ("none", "linear"), "max_steps": (None, 20000)},
-                "copies-10": {"dupe_factor": (1, 10), "patience": (20, 2)}}
+                "copies-10": {"dupe_factor": (1, 10), "patience": (20, 2)},
+                "wo-rc": {"use_residual": (True, False), "dropout": (0.2, 0.1), "attention_dropout": (0.2, 0.1)},
+                "wo-rc-lr1e-4": {"use_residual": (True, False), "dropout": (0.2, 0.1), "attention_dropout": (0.2, 0.1),
+                                 "lr": (0.001, 0.0001)}}
     found = {probe.name: {name: (change["profile"], change["probe"])
                           for name, change in bert4rec_probes.changed(probe, "ml-1m").items()}
              for probe in bert4rec_probes.PROBES}

@@ -16,7 +16,12 @@ training, whichever comes first; a row records which. The probes (:data:`PROBES`
 - ``linear-decay``: the authors' learning rate decaying linearly to 0, with the horizon at 20,000 steps (the
   profile's seed 0 stopped at 19,964), instead of the profile's constant rate;
 - ``copies-10``: the authors' ten Cloze copies of every window an epoch (masks still fresh), the patience shortened
-  to 2 epochs so that it spans about as many steps as the profile's 20.
+  to 2 epochs so that it spans about as many steps as the profile's 20;
+- ``wo-rc`` and ``wo-rc-lr1e-4``: Table 5's w/o RC at the ablation's dropout 0.1, at the profile's learning rate and
+  at the authors' 1e-4. On 2 CPU cores the first gave every user one list by epoch 17
+  (``results/reference/representation-collapse-ablation-ml-1m-dropout.json``) where the paper loses 2.4%; the
+  second had not collapsed after 18 epochs but not begun to learn either, as the default row at 1e-4 (models/
+  fidelity.md): whether the authors' rate trains it needs many more epochs than a CPU gives it.
 
 The runs themselves (results folders, checkpoints, caches, logs) go to ``--work-dir``, a fresh temporary folder
 unless named; ``DIR`` receives two files and nothing else, since a lent device returns at most 8 (its first call
@@ -79,6 +84,11 @@ PROBES = (
           ("bert4rec:decay=\"linear\"", "bert4rec:max_steps=20000")),
     Probe("copies-10", "ten Cloze copies of every window an epoch, patience 2 epochs",
           ("bert4rec:dupe_factor=10", "bert4rec:patience=2")),
+    Probe("wo-rc", "Table 5's w/o RC at dropout 0.1: no residual connection in any block",
+          ("bert4rec:use_residual=false", "bert4rec:dropout=0.1", "bert4rec:attention_dropout=0.1")),
+    Probe("wo-rc-lr1e-4", "w/o RC at dropout 0.1 and the authors' learning rate 1e-4",
+          ("bert4rec:use_residual=false", "bert4rec:dropout=0.1", "bert4rec:attention_dropout=0.1",
+           "bert4rec:lr=0.0001")),
 )
 
 
