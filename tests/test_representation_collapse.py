@@ -23,14 +23,16 @@ def folder(tmp_path_factory):
     data = load_dataset("synthetic", cache_dir=folder / "cache", progress=False)
     config = BERT4RecConfig(max_len=20, hidden=16, layers=1, heads=2)
     job = {"key": KEY, "run_id": "synthetic/bert4rec/w/o RC/seed0", "dataset": "synthetic", "model": "bert4rec",
-           "seed": 0, "hyperparameters": dataclasses.asdict(config)}
+           "seed": 0, "hyperparameters": dataclasses.asdict(config), "train_settings": {"valid_metric": "NDCG@10"}}
     (folder / "config.json").write_text(json.dumps({"jobs": [job]}))
     model = BERT4Rec(data.n_users, data.n_items, config)
     with torch.no_grad():
         model.projection.weight.zero_()
         model.projection.bias.normal_()
     (folder / "checkpoints").mkdir()
-    torch.save({"model": model.state_dict(), "state": {"epoch": 7, "best_epoch": 3, "best_metric": 0.02}},
+    history = [{"epoch": 1, "loss": 7.71234, "valid_NDCG@10": 0.01812}, {"epoch": 2, "loss": 7.5, "valid_HR@10": 0.1}]
+    torch.save({"model": model.state_dict(), "state": {"epoch": 7, "best_epoch": 3, "best_metric": 0.02,
+                                                       "history": history}},
                folder / "checkpoints" / f"synthetic__bert4rec__w-o-RC__seed0__{KEY[:12]}.pt")
     return folder
 
@@ -47,6 +49,7 @@ def test_one_query_for_everyone_is_measured_as_collapse_and_the_start_is_not(fol
     assert trained["share_with_the_most_common_top1"] == 1.0 and trained["distinct_top1_items"] == 1
     assert start["mean_cosine_between_users"] < 0.99 and start["distinct_top1_items"] > 1
     assert report["users"] == 200 and "--init" in report["command"]
+    assert run["curve"] == [{"epoch": 1, "loss": 7.7123, "valid_NDCG@10": 0.0181}]  # the job's validation metric
 
 
 def test_wrong_input_gets_one_line(folder, tmp_path):

@@ -19,7 +19,8 @@ With ``--init`` each configuration is also measured at initialisation (the job's
 
 ``--checkpoints`` names copies of checkpoint files (a job deletes its own when it finishes); each is matched to
 its job by the key prefix that ends its name. The figures go to
-``results/reference/representation-collapse-FOLDER.json`` with the command, commit and checkpoint epochs.
+``results/reference/representation-collapse-FOLDER.json`` with the command, commit, each checkpoint's epoch and its
+run's curve so far (training loss and validation metric by epoch).
 """
 from __future__ import annotations
 
@@ -115,8 +116,12 @@ def main(argv=None) -> int:
             entry["trained"] = measure(model, valid, users, popular)
         except ValueError as error:
             sys.exit(f"{job['run_id']}: {error}")
-        entry.update(epoch=checkpoint["state"]["epoch"], best_epoch=checkpoint["state"]["best_epoch"],
-                     best_validation=checkpoint["state"]["best_metric"])
+        state = checkpoint["state"]
+        valid_key = f"valid_{job.get('train_settings', {}).get('valid_metric', 'NDCG@10')}"
+        entry.update(epoch=state["epoch"], best_epoch=state["best_epoch"], best_validation=state["best_metric"],
+                     curve=[{"epoch": point["epoch"], "loss": round(point["loss"], 4),
+                             valid_key: round(point[valid_key], 4)}
+                            for point in state.get("history", []) if valid_key in point])
         runs.append(entry)
         described = ", ".join(f"{name} {value}" for name, value in entry["trained"].items())
         print(f"{job['run_id']} at epoch {entry['epoch']}: {described}")
