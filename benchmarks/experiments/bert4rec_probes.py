@@ -20,9 +20,9 @@ training, whichever comes first; a row records which. The probes (:data:`PROBES`
 - ``wo-rc`` and ``wo-rc-lr1e-4``: Table 5's w/o RC at the ablation's dropout 0.1, at the profile's learning rate and
   at the authors' 1e-4. On 2 CPU cores the first gave every user one list by epoch 17
   (``results/reference/representation-collapse-ablation-ml-1m-dropout.json``) where the paper loses 2.4%; the
-  second kept its users apart (``representation-collapse-probe-ml-1m-wo-rc-lr1e-4.json``) and began to climb at
-  epoch 25, slowly, as the default does at 1e-4 (models/fidelity.md): how far the authors' rate trains it needs more
-  epochs than a CPU gives it.
+  second kept its users apart (``representation-collapse-probe-ml-1m-wo-rc-lr1e-4.json``) and climbed off the
+  plateau, slowly (validation .0453 at epoch 51, stopped by hand), as the default does at 1e-4 (models/fidelity.md):
+  how far the authors' rate trains it needs more epochs than a CPU gives it.
 
 The runs themselves (results folders, checkpoints, caches, logs) go to ``--work-dir``, a fresh temporary folder
 unless named; ``DIR`` receives two files and nothing else, since a lent device returns at most 8 (its first call
