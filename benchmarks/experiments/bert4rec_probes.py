@@ -18,7 +18,7 @@ training, whichever comes first; a row records which. The probes (:data:`PROBES`
 - ``copies-10``: the authors' ten Cloze copies of every window an epoch (masks still fresh), the patience shortened
   to 2 epochs so that it spans about as many steps as the profile's 20;
 - ``wo-rc`` and ``wo-rc-lr1e-4``: Table 5's w/o RC at the ablation's dropout 0.1, at the profile's learning rate and
-  at the authors' 1e-4. On 2 CPU cores the first gave every user one list by epoch 17
+  at the authors' 1e-4. On 2 CPU cores the first gave every user one list by epoch 17 and ended with POP's figures
   (``results/reference/representation-collapse-ablation-ml-1m-dropout.json``) where the paper loses 2.4%; the
   second kept its users apart (``representation-collapse-probe-ml-1m-wo-rc-lr1e-4.json``) and climbed off the
   plateau, slowly (validation .0453 at epoch 51, stopped by hand), as the default does at 1e-4 (models/fidelity.md):
