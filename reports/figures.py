@@ -249,7 +249,8 @@ def ablation_curve_figures(results: ResultSet, folder: Path) -> Outcome:
             names.order_datasets(results.values("dataset")).index(key[0]), key[1])):
         chosen = {key[2:]: row for key, row in runs.items() if key[:2] == (dataset, model)}
         variants = names.order_variants({variant for variant, _ in chosen})
-        palette = sns.color_palette("tab20", len(variants))
+        pairs = sns.color_palette("tab20")  # ten hues, each dark then light: all ten dark ones come first
+        palette = pairs[0::2] + pairs[1::2]
         style = {v: (palette[i], MARKERS[i % len(MARKERS)]) for i, v in enumerate(variants)}
         lines = [(row, variant) for (variant, _), row in
                  sorted(chosen.items(), key=lambda item: (variants.index(item[0][0]), item[0][1]))]
