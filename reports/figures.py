@@ -245,8 +245,8 @@ def ablation_curve_figures(results: ResultSet, folder: Path) -> Outcome:
         return Outcome([], ["Ablation training curves skipped: no ablation row has a validated curve."]
                        if results.select(study="ablation", task=RANKING) else [])
     figures = []
-    for dataset, model in sorted({key[:2] for key in runs}, key=lambda key: (
-            names.order_datasets(results.values("dataset")).index(key[0]), key[1])):
+    datasets = names.order_datasets({key[0] for key in runs})
+    for dataset, model in sorted({key[:2] for key in runs}, key=lambda key: (datasets.index(key[0]), key[1])):
         chosen = {key[2:]: row for key, row in runs.items() if key[:2] == (dataset, model)}
         variants = names.order_variants({variant for variant, _ in chosen})
         pairs = sns.color_palette("tab20")  # ten hues, each dark then light: all ten dark ones come first

@@ -100,9 +100,10 @@ def main(argv=None) -> int:
         sys.exit(f"the checkpoints are of several datasets ({', '.join(sorted(datasets))}); name one's files")
     data = load_dataset(datasets.pop(), data_dir=args.data_dir, cache_dir=args.cache_dir, download=False,
                         progress=False)
-    valid = LeaveOneOutSplit(data).valid()
+    split = LeaveOneOutSplit(data)
+    valid = split.valid()
     users = np.sort(np.random.default_rng(0).choice(data.n_users, min(args.users, data.n_users), replace=False))
-    train_counts = np.bincount(LeaveOneOutSplit(data).train().items, minlength=data.n_items + 1)
+    train_counts = np.bincount(split.train().items, minlength=data.n_items + 1)
     popular = torch.as_tensor(np.argsort(-train_counts[1:], kind="stable")[:TOP] + 1)
     runs = []
     for path, job in chosen:
