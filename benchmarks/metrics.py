@@ -13,7 +13,8 @@ The reports recompute metrics and paired tests from the stored counts with these
 
 Under full ranking the evaluator also hands over each user's top-k list, and :class:`TopLists` measures what the
 lists show beyond the target (``PROTOCOL.md``, "Beyond accuracy"): catalogue coverage, the Gini index of exposure,
-average recommendation popularity, the long tail's share and novelty, from the training view's popularity.
+average recommendation popularity, the long tail's share and novelty, from the training view's popularity, and
+personalisation, how little two users' lists share.
 """
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def summarize(per_user: dict[str, np.ndarray]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------- beyond accuracy: the top-k lists
 # What the lists show besides the target (PROTOCOL.md, "Beyond accuracy"), by the names rows store them under.
-LIST_METRICS = ("Coverage", "Gini", "ARP", "APLT", "Novelty")
+LIST_METRICS = ("Coverage", "Gini", "ARP", "APLT", "Novelty", "Personalization")
 LIST_CUTOFF = 10  # always computed, beside every cutoff of the run's ranking metrics
 SHORT_HEAD_SHARE = 0.2  # of the catalogue: the most interacted-with items of the training view
 
@@ -214,9 +215,11 @@ class TopLists:
         self.catalogue[0] = False
         if excluded is not None:
             self.catalogue[np.asarray(excluded)] = False
-        # Per item id and cutoff: expected exposure (number of lists), shown for certain in some list, and
-        # Σ log(1 − w) over the lists that show it with a probability w between 0 and 1.
+        # Per item id and cutoff: expected exposure (number of lists), its squares over the lists (for the expected
+        # overlap of two users' lists), shown for certain in some list, and Σ log(1 − w) over the lists that show
+        # it with a probability w between 0 and 1.
         self.exposure = np.zeros((len(self.cutoffs), n_slots))
+        self.exposure_squares = np.zeros((len(self.cutoffs), n_slots))
         self.certain = np.zeros((len(self.cutoffs), n_slots), dtype=bool)
         self.log_unshown = np.zeros((len(self.cutoffs), n_slots))
         # Per list measure (item popularity, in the long tail, self-information) and cutoff: Σ over lists of the
@@ -244,6 +247,7 @@ class TopLists:
         for index, k in enumerate(self.cutoffs):
             w = list_weights(user, scores, k)
             self.exposure[index] += np.bincount(items, weights=w, minlength=self.exposure.shape[1])
+            self.exposure_squares[index] += np.bincount(items, weights=w * w, minlength=self.exposure.shape[1])
             self.certain[index, items[w == 1]] = True
             partly = (w > 0) & (w < 1)
             np.add.at(self.log_unshown[index], items[partly], np.log1p(-w[partly]))
@@ -266,7 +270,20 @@ class TopLists:
                 out[name] = float(shown[self.catalogue].sum() / self.catalogue.sum())
             elif kind == "Gini":
                 out[name] = gini(self.exposure[index, self.catalogue])
+            elif kind == "Personalization":
+                out[name] = self.personalization(index, k)
             else:
                 measure = ("ARP", "APLT", "Novelty").index(kind)
                 out[name] = float(self.list_sums[index, measure] / self.n_lists)
         return out
+
+    def personalization(self, index: int, k: int) -> float:
+        """1 − the mean share of k that two users' top-k lists hold in common, over every pair of lists (NaN
+        with fewer than two). Lists of different users draw their ties independently, so two lists' expected
+        overlap is Σ_i w_ui w_vi, and over all pairs Σ_i (e_i² − Σ_u w_ui²) / 2 with the exposures e_i = Σ_u w_ui:
+        one pass over the items instead of one over the pairs of users."""
+        n = self.n_lists
+        if n < 2:
+            return float("nan")
+        overlap = np.sum(self.exposure[index] ** 2 - self.exposure_squares[index]) / (n * (n - 1))
+        return float(1 - overlap / k)

@@ -44,6 +44,7 @@ MEANINGS = {
     "ARP": "mean training interactions of a listed item",
     "APLT": "share of a list from the long tail (outside the 20% most interacted-with items)",
     "Novelty": "mean self-information −log2 (share of training users with the item), in bits",
+    "Personalization": "1 − the mean share of two users' lists in common (0: one list for everyone)",
 }
 
 
@@ -175,7 +176,7 @@ def beyond_accuracy_table(results: ResultSet) -> Table | None:
     by_key = group(rows, "dataset", "split", "model")
     metrics = (ORDER_METRIC, *BEYOND_ACCURACY)
     splits = names.order_splits({r.split for r in rows})
-    table_rows, breaks, summaries, missing = [], set(), [], set()
+    table_rows, breaks, summaries, missing = [], set(), [], {}
     for dataset in names.order_datasets({r.dataset for r in rows}):
         for split in splits:
             models = names.order_models({m for d, s, m in by_key if (d, s) == (dataset, split)})
@@ -184,9 +185,10 @@ def beyond_accuracy_table(results: ResultSet) -> Table | None:
             for model in models:
                 found = [summarize(by_key[(dataset, split, model)], metric) for metric in metrics]
                 summaries += [s for s in found if s is not None]
-                if any(s is None for s in found[1:]):
-                    missing.add(f"{names.model_name(model)} on {names.dataset_name(dataset)} "
-                                f"({names.split_name(split)})")
+                absent = tuple(metric for metric, s in zip(metrics[1:], found[1:]) if s is None)
+                if absent:
+                    missing.setdefault(absent, []).append(f"{names.model_name(model)} on "
+                                                          f"{names.dataset_name(dataset)} ({names.split_name(split)})")
                 table_rows.append([label(names.dataset_name(dataset)), label(names.split_name(split)),
                                    label(names.model_name(model)),
                                    *(value_cell(s, digits=1 if metric.startswith("ARP") else 4)
@@ -199,9 +201,10 @@ def beyond_accuracy_table(results: ResultSet) -> Table | None:
     counts = sorted({s.n for s in summaries})
     if counts and counts[-1] > 1:
         notes.append("Mean ± sample standard deviation (ddof=1) over the seeds; a value without ± is one seed.")
-    if missing:
-        notes.append(f"No beyond-accuracy metrics in the rows of {', '.join(sorted(missing))}: they were written "
-                     f"before the metrics existed; run those jobs again to fill the gaps.")
+    for absent, where in missing.items():
+        what = "beyond-accuracy metrics" if len(absent) == len(BEYOND_ACCURACY) else " and ".join(absent)
+        notes.append(f"No {what} in the rows of {', '.join(sorted(where))}: they were written before "
+                     f"{'the metrics' if len(absent) > 1 else 'it'} existed; run those jobs again to fill the gaps.")
     return Table("beyond_accuracy", f"What the top {LIST_CUTOFF} lists show, protocol {PROTOCOL}{smoke_title}",
                  ["Dataset", "Split", "Model", *metrics], table_rows, notes=notes, breaks=breaks)
 

@@ -20,7 +20,8 @@ from recbench.benchmarks.metrics import (
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from tests.helpers import SHARED_DATA, FixedScorer, ProductScorer, repeat_data, requires_shared_data
 
-AT_2 = ("Coverage@2", "Gini@2", "ARP@2", "APLT@2", "Novelty@2")
+KINDS = ("Coverage", "Gini", "ARP", "APLT", "Novelty", "Personalization")
+AT_2 = tuple(f"{kind}@2" for kind in KINDS)
 
 # Ten items, four users; leave-one-out trains on s[:-2]: [1, 2], [1, 1], [2, 7], [1, 3]. Training interactions:
 # item 1: 4, item 2: 2, items 3 and 7: 1, the rest 0 (items 4, 6, 9 and 10 are held-out targets only). Training
@@ -56,7 +57,9 @@ def by_hand() -> dict[str, float]:
             "ARP@2": (1 / 6 + 3 / 2 + 5 / 3 + 0) / 4,
             # long-tail shares: (1 + 3·1/3)/2, (0 + 1)/2, 2/3·(0 + 1 + 1)/2, 1
             "APLT@2": (1 + 1 / 2 + 2 / 3 + 1) / 4,
-            "Novelty@2": float(np.mean(per_user_novelty))}
+            "Novelty@2": float(np.mean(per_user_novelty)),
+            # lists in common, of six pairs: users 0 and 2 item 4 (1 · 2/3), users 1 and 2 item 3 (1 · 2/3)
+            "Personalization@2": 1 - (2 / 3 + 2 / 3) / 6 / 2}
 
 
 def hand_models():
@@ -129,7 +132,7 @@ def reference_metrics(table: np.ndarray, split: LeaveOneOutSplit, which: str, cu
     tail, information = ~popularity.short_head(), popularity.self_information()
     out = {}
     for k in cutoffs:
-        exposure, unshown, means = np.zeros(split.n_items + 1), np.ones(split.n_items + 1), []
+        exposure, unshown, means, lists = np.zeros(split.n_items + 1), np.ones(split.n_items + 1), [], []
         for row in range(len(view)) if users is None else users:
             history = set(view.items[view.offsets[row]:view.offsets[row + 1]].tolist()) - {int(view.targets[row])}
             candidates = [i for i in range(1, split.n_items + 1) if i not in history]
@@ -141,12 +144,16 @@ def reference_metrics(table: np.ndarray, split: LeaveOneOutSplit, which: str, cu
                 weights.update({i: share for i in group})
                 places -= min(places, len(group))
             length = min(k, len(candidates))
+            lists.append(weights)
             for item, w in weights.items():
                 exposure[item] += w
                 unshown[item] *= 1 - w
             means.append([sum(w * measure[i] for i, w in weights.items()) / length
                           for measure in (popularity.interactions, tail, information)])
+        overlaps = [sum(w * other.get(item, 0.0) for item, w in one.items())
+                    for position, one in enumerate(lists) for other in lists[position + 1:]]
         out.update({f"Coverage@{k}": float(np.sum(1 - unshown[1:])) / split.n_items,
+                    f"Personalization@{k}": 1 - float(np.mean(overlaps)) / k if overlaps else float("nan"),
                     f"Gini@{k}": gini(exposure[1:]),
                     **dict(zip((f"ARP@{k}", f"APLT@{k}", f"Novelty@{k}"), np.mean(means, axis=0)))})
     return out
@@ -166,7 +173,7 @@ def test_both_paths_equal_the_plain_reading_with_many_ties_repeats_and_infinitie
     table = product.score_factors(torch.arange(data.n_users), None).full().numpy()
     with_infinities = table.copy()
     with_infinities[rng.random(table.shape) < 0.3] = -np.inf  # some users have fewer finite candidates than k
-    names = [f"{kind}@{k}" for kind in ("Coverage", "Gini", "ARP", "APLT", "Novelty") for k in (1, 5, 40)]
+    names = [f"{kind}@{k}" for kind in KINDS for k in (1, 5, 40)]
     subset = np.sort(rng.choice(data.n_users, 40, replace=False))
     for which in ("valid", "test"):
         for users in (None, subset):
@@ -204,7 +211,7 @@ def test_no_users_no_lists(tmp_path):
 
 def test_metric_names_and_refusals(tmp_path):
     assert list_metric_names(("HR@1", "NDCG@20", "MRR")) == tuple(
-        f"{kind}@{k}" for kind in ("Coverage", "Gini", "ARP", "APLT", "Novelty") for k in (1, 10, 20))
+        f"{kind}@{k}" for kind in KINDS for k in (1, 10, 20))
     assert parse_list_metric("APLT@5") == ("APLT", 5)
     with pytest.raises(ValueError, match="unknown beyond-accuracy metric 'ARP@0'"):
         parse_list_metric("ARP@0")
@@ -224,11 +231,27 @@ def test_a_top_list_accumulates_users_added_in_several_calls():
     whole.add(rows, items, scores)
     parts.add(rows[2:], items[2:], scores[2:])
     parts.add(rows[:2], items[:2], scores[:2])
-    names = [f"{kind}@1" for kind in ("Coverage", "Gini", "ARP", "APLT", "Novelty")]
+    names = [f"{kind}@1" for kind in KINDS]
     assert whole.metrics(names) == parts.metrics(names)
     # user 0: item 1; user 1: items 2 and 3 tied for one place. Coverage: (1 + 1/2 + 1/2)/3; ARP: (3 + 1/2)/2.
     assert whole.metrics(names)["Coverage@1"] == pytest.approx(2 / 3)
     assert whole.metrics(names)["ARP@1"] == pytest.approx(1.75)
+
+
+def test_personalization_is_0_when_every_user_gets_one_list_and_1_when_no_two_share_an_item():
+    popularity = TrainingPopularity(np.zeros(7, dtype=np.int64), np.zeros(7, dtype=np.int64), 3)
+    rows = np.repeat([0, 1, 2], 2)
+    for name, items, expected in (("one list", [1, 2, 1, 2, 1, 2], 0.0), ("disjoint", [1, 2, 3, 4, 5, 6], 1.0)):
+        top = TopLists([2], popularity)
+        top.add(rows, np.array(items), np.tile([2.0, 1.0], 3))
+        assert top.metrics(["Personalization@2"]) == {"Personalization@2": expected}, name
+    # Two users, items 1 and 2 tied for user 1's only place: the lists overlap in item 1 with probability 1/2.
+    top = TopLists([1], popularity)
+    top.add(np.array([0, 1, 1]), np.array([1, 1, 2]), np.array([1.0, 5.0, 5.0]))
+    assert top.metrics(["Personalization@1"]) == {"Personalization@1": 0.5}
+    alone = TopLists([1], popularity)
+    alone.add(np.array([0]), np.array([1]), np.array([1.0]))
+    assert math.isnan(alone.metrics(["Personalization@1"])["Personalization@1"])  # no pair of lists
 
 
 @requires_shared_data

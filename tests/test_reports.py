@@ -838,7 +838,7 @@ def test_the_tuning_tables_marks_follow_holm_corrected_p_values_not_raw_ones(tmp
 
 # ------------------------------------------------------------------------------- under both splits (issue 30)
 
-BEYOND = ("Coverage@10", "Gini@10", "ARP@10", "APLT@10", "Novelty@10")
+BEYOND = ("Coverage@10", "Gini@10", "ARP@10", "APLT@10", "Novelty@10", "Personalization@10")
 # NDCG@10 by hand: leave-one-out orders BERT4Rec > SASRec > GRU4Rec > POP; the temporal split swaps the first two
 # and the last two (two discordant pairs of six: τ = (4 − 2)/6 = 1/3). HR@10 keeps one order under both (τ = 1).
 HAND_NDCG = {"leave-one-out": {"bert4rec": 0.30, "sasrec": 0.25, "gru4rec": 0.20, "pop": 0.05},
@@ -855,7 +855,7 @@ def hand_split_row(folder: Path, split: str, model: str, seed: int = 0, **change
                       "NDCG@10": HAND_NDCG[split][model], "Coverage@10": 0.05 if model == "pop" else 0.4,
                       "Gini@10": 0.99 if model == "pop" else 0.8, "ARP@10": popular + seed,
                       "APLT@10": 0.0 if model == "pop" else 0.2, "Novelty@10": 1.5 if model == "pop" else 4.0,
-                      **changes}
+                      "Personalization@10": 0.3 if model == "pop" else 0.9, **changes}
     row["users_evaluated"] = 6040 if split == "leave-one-out" else 120  # a temporal split tests fewer users
     return row
 
@@ -931,17 +931,23 @@ def test_the_beyond_accuracy_table_shows_every_split_and_names_rows_without_the_
     rows = [hand_split_row(tmp_path, split, model, seed) for split in ("leave-one-out", "temporal")
             for model in ("pop", "sasrec") for seed in (0, 1)]
     old = ranking_row(tmp_path, "ml-1m", "gru4rec", 0, protocol="full", with_per_user=False)  # no list metrics
-    generate_report(write_results(tmp_path, [*rows, old]))
+    older = hand_split_row(tmp_path, "temporal", "gru4rec")  # written before personalisation
+    del older["metrics"]["Personalization@10"]
+    generate_report(write_results(tmp_path, [*rows, old, older]))
     header, body = parse_markdown(tmp_path / "tables" / "beyond_accuracy.md")
     assert header == ["Dataset", "Split", "Model", "NDCG@10", *BEYOND]
     cells = {(row[1], row[2]): dict(zip(header[3:], row[3:])) for row in body}
     assert set(cells) == {("leave-one-out", "POP"), ("leave-one-out", "GRU4Rec"), ("leave-one-out", "SASRec"),
-                          ("global temporal", "POP"), ("global temporal", "SASRec")}
+                          ("global temporal", "POP"), ("global temporal", "GRU4Rec"), ("global temporal", "SASRec")}
     assert cells[("leave-one-out", "POP")]["ARP@10"] == f"900.5 ± {np.std([900, 901], ddof=1):.1f}"
     assert cells[("global temporal", "SASRec")]["APLT@10"] == "0.2000 ± 0.0000"
     assert cells[("leave-one-out", "GRU4Rec")]["Gini@10"] == "–"
+    assert cells[("global temporal", "GRU4Rec")]["Personalization@10"] == "–"
+    assert cells[("global temporal", "GRU4Rec")]["Gini@10"] == "0.8000"
     notes = (tmp_path / "tables" / "beyond_accuracy.md").read_text()
-    assert "No beyond-accuracy metrics in the rows of GRU4Rec on ML-1m (leave-one-out)" in notes
+    assert "No beyond-accuracy metrics in the rows of GRU4Rec on ML-1m (leave-one-out): they were written" in notes
+    assert ("No Personalization@10 in the rows of GRU4Rec on ML-1m (global temporal): they were written before it "
+            "existed") in notes
     assert "ARP@10: mean training interactions of a listed item" in notes
 
 

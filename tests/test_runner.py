@@ -43,7 +43,8 @@ def test_rows_follow_the_schema_and_per_user_counts_reproduce_metrics(tmp_path, 
     assert [r["run_id"] for r in stored] == [r["run_id"] for r in rows]
     for row in stored:
         assert REQUIRED_KEYS <= set(row)
-        lists = {f"{kind}@{k}" for kind in ("Coverage", "Gini", "ARP", "APLT", "Novelty") for k in (1, 5, 10)}
+        lists = {f"{kind}@{k}" for kind in ("Coverage", "Gini", "ARP", "APLT", "Novelty", "Personalization")
+                 for k in (1, 5, 10)}
         assert set(row["metrics"]) == {"HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR"} | (
             lists if row["protocol"] == "full" else set())  # the top-k lists exist under full ranking only
         assert row["users_evaluated"] == chain_data.n_users
