@@ -48,6 +48,11 @@ def test_one_query_for_everyone_is_measured_as_collapse_and_the_start_is_not(fol
     assert trained["mean_cosine_between_users"] == pytest.approx(1.0, abs=1e-4)
     assert trained["share_with_the_most_common_top1"] == 1.0 and trained["distinct_top1_items"] == 1
     assert start["mean_cosine_between_users"] < 0.99 and start["distinct_top1_items"] > 1
+    # One order for everyone: its lists differ only by each user's history, as POP's do; at initialisation they
+    # differ more.
+    assert trained["validation_Personalization@10"] < start["validation_Personalization@10"]
+    assert 0 < report["pop"]["validation_Personalization@10"] < start["validation_Personalization@10"]
+    assert set(report["pop"]) == {"validation_NDCG@10", "validation_Coverage@10", "validation_Personalization@10"}
     assert report["users"] == 200 and "--init" in report["command"]
     assert run["curve"] == [{"epoch": 1, "loss": 7.7123, "valid_NDCG@10": 0.0181}]  # the job's validation metric
 

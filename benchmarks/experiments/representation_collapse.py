@@ -10,7 +10,10 @@ holds) and measures, on the validation input ``s[:-2]`` of a fixed sample of use
   ``gelu(h W^P + b^P)`` at the appended [MASK]); 1 means one query for everyone;
 - the share of users whose top-1 item is the sample's most common top-1, and how many distinct top-1 items
   there are;
-- the mean overlap of each user's top 10 with the 10 most popular training items.
+- the mean overlap of each user's top 10 with the 10 most popular training items;
+- the evaluator's full-ranking NDCG@10, Coverage@10 and Personalization@10 of the same users' validation lists
+  (history excluded, as a row measures them), beside POP's on the same users: a model that ranks every user by one
+  order lists, as POP does, the same items for everyone but the ones each has seen.
 
 With ``--init`` each configuration is also measured at initialisation (the job's seed), where it started from.
 
@@ -33,16 +36,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.store import write_atomic
 from recbench.datasets import LeaveOneOutSplit, load_dataset
 from recbench.models import model_class
+from recbench.models.pop import Pop
 
 ROOT = Path(__file__).resolve().parents[2]
 TOP = 10
+LISTS = ("NDCG@10", "Coverage@10", "Personalization@10")  # of the validation lists under full ranking
 
 
-def measure(model, valid, users: np.ndarray, popular: torch.Tensor) -> dict:
+def list_metrics(model, evaluator: Evaluator, users: np.ndarray) -> dict:
+    """The evaluator's ``LISTS`` for ``users``' validation targets, ranked among every item but their history."""
+    found = evaluator.evaluate(model, "valid", "full", users=users, metrics=LISTS).metrics
+    return {f"validation_{name}": round(value, 4) for name, value in found.items()}
+
+
+def measure(model, valid, users: np.ndarray, popular: torch.Tensor, evaluator: Evaluator) -> dict:
     """The collapse figures of ``model`` (eval mode, no gradients) on the validation input of ``users``."""
     model.eval()
     histories = torch.as_tensor(valid.padded(users, model.history_length))
@@ -61,7 +73,8 @@ def measure(model, valid, users: np.ndarray, popular: torch.Tensor) -> dict:
     return {"mean_cosine_between_users": round(float(off_diagonal.mean()), 4),
             "share_with_the_most_common_top1": round(float(counts.max()) / len(users), 4),
             "distinct_top1_items": int(len(first)),
-            "top10_overlap_with_the_10_most_popular": round(float(overlap), 4)}
+            "top10_overlap_with_the_10_most_popular": round(float(overlap), 4),
+            **list_metrics(model, evaluator, users)}
 
 
 def build(job: dict, n_users: int, n_items: int):
@@ -105,6 +118,9 @@ def main(argv=None) -> int:
     users = np.sort(np.random.default_rng(0).choice(data.n_users, min(args.users, data.n_users), replace=False))
     train_counts = np.bincount(split.train().items, minlength=data.n_items + 1)
     popular = torch.as_tensor(np.argsort(-train_counts[1:], kind="stable")[:TOP] + 1)
+    evaluator = Evaluator(split, seed=0)  # full ranking draws no negatives
+    pop = Pop(data.n_users, data.n_items)
+    pop.fit(split.train())
     runs = []
     for path, job in chosen:
         model = build(job, data.n_users, data.n_items)
@@ -112,9 +128,9 @@ def main(argv=None) -> int:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         try:
             if args.init:
-                entry["at_initialisation"] = measure(model, valid, users, popular)
+                entry["at_initialisation"] = measure(model, valid, users, popular, evaluator)
             model.load_state_dict(checkpoint["model"])
-            entry["trained"] = measure(model, valid, users, popular)
+            entry["trained"] = measure(model, valid, users, popular, evaluator)
         except ValueError as error:
             sys.exit(f"{job['run_id']}: {error}")
         state = checkpoint["state"]
@@ -132,7 +148,7 @@ def main(argv=None) -> int:
                         "--data-dir DIR", f"--users {args.users}", *(["--init"] if args.init else [])])
     write_atomic(path, json.dumps({"description": __doc__.split("\n\n")[0], "commit": git_commit(),
                                    "command": command, "dataset": data.name, "users": len(users),
-                                   "runs": runs}, indent=1) + "\n")
+                                   "pop": list_metrics(pop, evaluator, users), "runs": runs}, indent=1) + "\n")
     print(f"written: {path}")
     return 0
 
