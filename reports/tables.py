@@ -149,6 +149,8 @@ def mark_significance(tests: list[tuple[dict, tuple, PairedTest]], alpha: float)
 
 
 def significance_note(alpha: float, comparisons: int, between: str) -> str:
+    if not comparisons:  # e.g. rows restored without their per-user files: say so, not "0 comparisons"
+        return f"No {T_MARK} or {W_MARK} marks: no paired test between {between} could be run here."
     return (f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users) between "
             f"{between}, marked on the better of the two where p < {alpha:g} after Holm's correction for the "
             f"{comparisons} comparison{'s' if comparisons != 1 else ''} of this table. With several seeds each "

@@ -399,6 +399,17 @@ def test_a_missing_model_or_dataset_leaves_a_gap(tmp_path):
     assert "ml-1m__bert4rec__seed0.npz: unreadable as an attention map" in report
 
 
+def test_a_table_without_any_per_user_file_says_it_marks_nothing(tmp_path):
+    """Rows restored from a reference file carry no per-user counts: the note says no test ran, not that Holm's
+    correction was applied to 0 comparisons."""
+    rows = [ranking_row(tmp_path, "ml-1m", model, seed, with_per_user=False) for model in ("pop", "bert4rec")
+            for seed in (0, 1)]
+    generate_report(write_results(tmp_path, rows))
+    table = (tmp_path / "tables" / "table2_pop100.md").read_text()
+    assert "No † or ‡ marks: no paired test between BERT4Rec and the best baseline could be run here." in table
+    assert "Not tested (per-user files missing): ML-1m." in table and "Holm" not in table
+
+
 def test_a_folder_with_one_model_works(tmp_path):
     rows = [ranking_row(tmp_path, "ml-1m", "bert4rec", 0, with_per_user=False)]
     report = generate_report(write_results(tmp_path, rows))
