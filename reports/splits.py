@@ -17,7 +17,7 @@ import math
 
 from scipy import stats
 
-from recbench.benchmarks.metrics import LIST_CUTOFF, LIST_METRICS
+from recbench.benchmarks.metrics import LIST_CUTOFF, LIST_METRICS, parse_list_metric
 from recbench.reports import names
 from recbench.reports.render import Cell, Table, fmt
 from recbench.reports.results import ResultSet, Row
@@ -174,7 +174,9 @@ def beyond_accuracy_table(results: ResultSet) -> Table | None:
     if not rows:
         return None
     by_key = group(rows, "dataset", "split", "model")
-    metrics = (ORDER_METRIC, *BEYOND_ACCURACY)
+    # A metric no row holds (added after the rows were written) gets a note, not a column of dashes.
+    absent_everywhere = [metric for metric in BEYOND_ACCURACY if summarize(rows, metric) is None]
+    metrics = (ORDER_METRIC, *(metric for metric in BEYOND_ACCURACY if metric not in absent_everywhere))
     splits = names.order_splits({r.split for r in rows})
     table_rows, breaks, summaries, missing = [], set(), [], {}
     for dataset in names.order_datasets({r.dataset for r in rows}):
@@ -197,12 +199,20 @@ def beyond_accuracy_table(results: ResultSet) -> Table | None:
     notes = [*smoke_notes, _split_note(splits, rows),
              f"Each user's top {LIST_CUTOFF} among the same candidates as its target, ties across the list's end "
              f"shared (PROTOCOL.md, \"Beyond accuracy\"); popularity from the training interactions only."]
-    notes += [f"{kind}@{LIST_CUTOFF}: {MEANINGS[kind]}." for kind in LIST_METRICS]
+    notes += [f"{kind}@{LIST_CUTOFF}: {MEANINGS[kind]}." for kind in LIST_METRICS
+              if f"{kind}@{LIST_CUTOFF}" in metrics]
     counts = sorted({s.n for s in summaries})
     if counts and counts[-1] > 1:
         notes.append("Mean ± sample standard deviation (ddof=1) over the seeds; a value without ± is one seed.")
+    if len(metrics) == 1:
+        notes.append("No row here holds beyond-accuracy metrics: the rows were written before the metrics existed; "
+                     "run those jobs again to fill the table.")
+    elif absent_everywhere:
+        notes.append(f"Not in any row here, which were written before {' and '.join(absent_everywhere)} existed "
+                     f"(PROTOCOL.md, \"Beyond accuracy\"): " + "; ".join(
+                         f"{metric}: {MEANINGS[parse_list_metric(metric)[0]]}" for metric in absent_everywhere) + ".")
     for absent, where in missing.items():
-        what = "beyond-accuracy metrics" if len(absent) == len(BEYOND_ACCURACY) else " and ".join(absent)
+        what = "beyond-accuracy metrics" if len(absent) == len(metrics) - 1 else " and ".join(absent)
         notes.append(f"No {what} in the rows of {', '.join(sorted(where))}: they were written before "
                      f"{'the metrics' if len(absent) > 1 else 'it'} existed; run those jobs again to fill the gaps.")
     return Table("beyond_accuracy", f"What the top {LIST_CUTOFF} lists show, protocol {PROTOCOL}{smoke_title}",

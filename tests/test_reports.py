@@ -962,6 +962,24 @@ def test_the_beyond_accuracy_table_shows_every_split_and_names_rows_without_the_
     assert "ARP@10: mean training interactions of a listed item" in notes
 
 
+def test_a_list_metric_that_no_row_holds_is_a_note_not_a_column_of_dashes(tmp_path):
+    rows = [hand_split_row(tmp_path, "leave-one-out", model) for model in ("pop", "sasrec")]
+    for row in rows:
+        del row["metrics"]["Personalization@10"]  # rows written before it
+    generate_report(write_results(tmp_path, rows))
+    header, _ = parse_markdown(tmp_path / "tables" / "beyond_accuracy.md")
+    assert header == ["Dataset", "Split", "Model", "NDCG@10", *BEYOND[:-1]]
+    notes = (tmp_path / "tables" / "beyond_accuracy.md").read_text()
+    assert "Not in any row here, which were written before Personalization@10 existed" in notes
+    assert "No Personalization@10 in the rows of" not in notes
+    for row in rows:
+        row["metrics"] = {name: value for name, value in row["metrics"].items() if name not in BEYOND}
+    generate_report(write_results(tmp_path, rows))
+    header, _ = parse_markdown(tmp_path / "tables" / "beyond_accuracy.md")
+    assert header == ["Dataset", "Split", "Model", "NDCG@10"]
+    assert "No row here holds beyond-accuracy metrics" in (tmp_path / "tables" / "beyond_accuracy.md").read_text()
+
+
 def test_with_one_split_the_section_shows_the_lists_and_says_the_other_has_no_rows(tmp_path, drawn):
     report = generate_report(split_folder(tmp_path, splits=("leave-one-out",))).read_text()
     assert "The global temporal split has no rows here" in report and "--split temporal" in report
