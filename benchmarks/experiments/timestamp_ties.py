@@ -15,7 +15,8 @@ that the spread between orderings can be set beside the spread between seeds:
     python -m benchmarks.experiments.timestamp_ties --dataset ml-100k --data-dir DIR --models pop sasrec --seeds 0 1
 
 Each ordering's results go to ``OUTPUT/<ordering>/`` (default ``results/timestamp-ties-<dataset>/``; a rerun
-resumes there), the figures to ``results/reference/timestamp-ties-<dataset>.json`` with the command and commit.
+resumes there), the figures to ``results/reference/timestamp-ties-<dataset>[-<tag>].json`` with the command and
+commit.
 """
 from __future__ import annotations
 
@@ -92,6 +93,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", type=Path, help="results folders (default results/timestamp-ties-DATASET)")
     parser.add_argument("--reference", type=Path, default=ROOT / "results" / "reference")
+    parser.add_argument("--tag", help="names the figures' file timestamp-ties-DATASET-TAG.json, e.g. for other "
+                                      "models on the same orderings")
     args = parser.parse_args(argv)
     data = load_dataset(args.dataset, data_dir=args.data_dir, cache_dir=args.cache_dir, download=False,
                         progress=False)
@@ -126,10 +129,11 @@ def main(argv=None) -> int:
               + ", ".join(f"{model} pop100 NDCG@10 {values['pop100 NDCG@10']}"
                           for model, values in entry["models"].items()))
         entries.append(entry)
-    path = args.reference / f"timestamp-ties-{args.dataset}.json"
+    path = args.reference / f"timestamp-ties-{args.dataset}{f'-{args.tag}' if args.tag else ''}.json"
     command = " ".join(["python -m benchmarks.experiments.timestamp_ties", f"--dataset {args.dataset}",
                         "--data-dir DIR", "--models", *args.models, "--seeds", *map(str, args.seeds),
-                        "--orderings", *args.orderings, f"--profile {args.profile}"])
+                        "--orderings", *args.orderings, f"--profile {args.profile}",
+                        *([f"--tag {args.tag}"] if args.tag else [])])
     write_atomic(path, json.dumps({"description": __doc__.split("\n\n")[0], "commit": git_commit(),
                                    "command": command, "dataset": args.dataset, "ties": counts,
                                    "orderings": entries}, indent=1) + "\n")
