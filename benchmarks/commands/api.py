@@ -87,9 +87,8 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
     - ``log_format``: how to read the logs of your own, a ``LogFormat`` or a dict of its fields (``user``,
       ``item``, ``time``, ``rating``, ``sep``, ``min_rating``, ``min_item_interactions``,
       ``min_user_interactions``).
-    - ``profile``: ``"smoke"`` (default: seconds per model, checks that everything runs), ``"converge"`` (the
-      paper's models trained to early stopping in hours, models/fidelity.md) or ``"paper"`` (the paper's settings
-      and the authors' schedules).
+    - ``profile``: ``"smoke"`` (default: seconds per model, checks that everything runs), ``"converge"`` (trained
+      to early stopping in hours) or ``"paper"`` (the paper's settings and the authors' schedules).
     - ``protocols``: the test protocols, of ``"full"``, ``"pop100"``, ``"uni100"`` (default: full and pop100; the
       relevance task: its pairs).
     - ``config_files``: ``--config`` TOML files, applied in order over the suite's configs.
