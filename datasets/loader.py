@@ -245,8 +245,11 @@ def _dropped_and_left(data: SequenceData) -> str:
         users = counts["users_before_user_filter"] - data.n_users
         steps.append(f"{users:,} user(s) with fewer than min_user_interactions={settings['min_user_interactions']} "
                      f"({counts['after_item_filter'] - counts['after_user_filter']:,} row(s))")
+    tied = counts.get("users_with_a_tied_test_item")
+    ties = (f"; {tied:,} user(s) ({tied / data.n_users:.0%}) have a test item with the same time as the item before "
+            f"it, and the file's order chose which is last (PROTOCOL.md, \"Split\")" if tied else "")
     return (f"{counts['rows']:,} rows; dropped {', '.join(steps)}; left {data.n_users:,} users, {data.n_items:,} "
-            f"items, {data.n_actions:,} interactions")
+            f"items, {data.n_actions:,} interactions{ties}")
 
 
 def _status(progress: bool, message: str) -> None:

@@ -134,7 +134,8 @@ def test_ml1m_ratings_dat_in_zip(data_dir, cache):
         5: [1193, 914, 2355, 1197, 661, 3408],
     })
     assert data.provenance["counts"] == {"rows": 38, "after_duplicates": 38, "after_item_filter": 36,
-                                         "users_before_user_filter": 7, "after_user_filter": 28}
+                                         "users_before_user_filter": 7, "after_user_filter": 28,
+                                         "users_with_a_tied_test_item": 0}
     assert data.provenance["member"] == "ml-1m/ratings.dat"
 
 
@@ -194,7 +195,8 @@ def test_steam_reviews(data_dir, cache):
         "Deathbound": ["725280", "35140", "328100", "631920", "570"],  # the earlier of two 725280 reviews
     })
     assert data.provenance["counts"] == {"rows": 37, "after_duplicates": 36, "after_item_filter": 31,
-                                         "users_before_user_filter": 7, "after_user_filter": 25}
+                                         "users_before_user_filter": 7, "after_user_filter": 25,
+                                         "users_with_a_tied_test_item": 0}
 
 
 def test_authors_user_item_file_is_kept_as_published(data_dir, cache):

@@ -67,7 +67,8 @@ def test_preprocessing_is_the_registrys_stable_time_sort_duplicates_and_filters(
     assert data.n_items == 4 and data.n_users == 2
     assert [list(data.sequence(u)) for u in range(2)] == [[3, 2, 4], [2, 1, 3, 4]]
     assert data.provenance["counts"] == {"rows": 10, "after_duplicates": 9, "after_item_filter": 8,
-                                         "users_before_user_filter": 3, "after_user_filter": 7}
+                                         "users_before_user_filter": 3, "after_user_filter": 7,
+                                         "users_with_a_tied_test_item": 0}
     assert data.provenance["format"]["min_rating"] == 3 and data.provenance["file"] == str(path)
 
 
@@ -150,6 +151,22 @@ def test_preparing_a_log_counts_what_each_step_dropped_on_the_console(tmp_path, 
     assert "dropped 2 repeated (user, item) row(s), 1 user(s) with fewer than min_user_interactions=5 (2 row(s))" \
            in line and "left 6 users, 5 items, 30 interactions" in line
     assert (data.n_users, data.n_actions) == (6, 30)
+    # The ts column is not named as the time: an untimed log, ordered by the file alone, has no ties to count.
+    assert "users_with_a_tied_test_item" not in data.provenance["counts"] and "same time" not in line
+
+
+def test_the_console_counts_the_users_whose_test_item_the_files_order_among_equal_times_chose(tmp_path, capsys):
+    # u0's last two interactions share time 5, u1's do not; u2's first two tie, which leaves its targets alone.
+    lines = ["u0,1,1", "u0,2,2", "u0,3,3", "u0,4,5", "u0,5,5", "u1,1,1", "u1,2,2", "u1,3,3", "u1,4,4", "u1,5,5",
+             "u2,1,1", "u2,2,1", "u2,3,3", "u2,4,4", "u2,5,5"]
+    path = tmp_path / "clicks.csv"
+    path.write_text("user,item,time\n" + "\n".join(lines) + "\n")
+    data = load_log(InteractionLog(path, LogFormat()), "clicks", cache_dir=tmp_path)
+    (line,) = [text for text in capsys.readouterr().err.splitlines() if text.startswith("clicks: 15 rows")]
+    assert ("1 user(s) (33%) have a test item with the same time as the item before it, and the file's order chose "
+            "which is last") in line
+    assert data.provenance["counts"]["users_with_a_tied_test_item"] == 1
+    assert data.items[data.offsets[1] - 1] == 5  # the file's order: item 5 after item 4
 
 
 def test_a_truncated_gzip_file_trains_nothing_and_is_one_line(tmp_path, capsys):
