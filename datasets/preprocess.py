@@ -99,12 +99,12 @@ def prepare(interactions: Interactions, settings: Preprocessing, name: str,
     present = np.zeros(int(item.max()) + 1, dtype=bool)
     present[item] = True
     new_id = np.cumsum(present)  # ids 1..n_items in ascending original order
-    times = interactions.time[row] if interactions.timed else None
-    if times is not None:  # whose test item the file's order among equal times chose (PROTOCOL.md, "Split")
-        last = offsets[1:] - 1
-        counts["users_with_a_tied_test_item"] = int(np.count_nonzero(times[last] == times[last - 1]))
     record = dict(provenance or {}, preprocessing=settings.describe(), counts=counts)
-    return SequenceData(name, new_id[item], offsets, int(new_id[-1]), record, times)
+    data = SequenceData(name, new_id[item], offsets, int(new_id[-1]), record,
+                        interactions.time[row] if interactions.timed else None)
+    if data.times is not None:  # whose test item the file's order among equal times chose (PROTOCOL.md, "Split")
+        counts["users_with_a_tied_test_item"] = int(np.count_nonzero(data.tied_in_time()[offsets[1:] - 1]))
+    return data
 
 
 def _nothing_left(where: str, settings: Preprocessing, longest: int) -> DatasetFormatError:

@@ -87,6 +87,18 @@ class SequenceData:
         """The user of every position of ``items`` (same length as ``items``)."""
         return np.repeat(np.arange(self.n_users, dtype=np.int64), self.lengths)
 
+    def tied_in_time(self) -> np.ndarray:
+        """Per position of ``items``: whether another interaction of the same user has the same time, so that the
+        order of the file placed it among them (PROTOCOL.md, "Split"). Needs ``times``."""
+        if self.times is None:
+            raise ValueError(f"{self.name}: no interaction times, so no ties in time")
+        same_as_next = np.zeros(len(self.items), dtype=bool)
+        same_as_next[:-1] = self.times[1:] == self.times[:-1]
+        same_as_next[self.offsets[1:][self.lengths > 0] - 1] = False  # a user's last item: the next user follows
+        same_as_previous = np.zeros_like(same_as_next)
+        same_as_previous[1:] = same_as_next[:-1]
+        return same_as_next | same_as_previous
+
     def item_counts(self) -> np.ndarray:
         """Interactions per item id, indexed 0..n_items (index 0, padding, is always 0)."""
         return np.bincount(self.items, minlength=self.n_items + 1).astype(np.int64)

@@ -37,6 +37,14 @@ def test_a_random_ordering_keeps_every_user_and_time_in_place():
         timestamp_ties.tie_order(HAND, "shuffled")
 
 
+def test_a_tie_in_time_is_one_users_and_never_spans_two_users():
+    assert HAND.tied_in_time().tolist() == [False, True, True, False, True, True, True]
+    across = SequenceData.from_sequences("across", [[1, 2], [], [3, 4]], 4, times=[[1, 5], [], [5, 6]])
+    assert across.tied_in_time().tolist() == [False, False, False, False]  # time 5 ends one user, starts the next
+    with pytest.raises(ValueError, match="no interaction times"):
+        SequenceData.from_sequences("untimed", [[1, 2, 3]], 3).tied_in_time()
+
+
 def test_tied_targets_counted_by_hand():
     # Test targets: item 2 (alone at time 3), item 1 (tied); validation targets: 7 and 9, both tied.
     assert timestamp_ties.tie_counts(HAND) == {"users": 2, "test_target_in_a_tie": 0.5,

@@ -42,8 +42,7 @@ PROTOCOLS = ("pop100", "full")
 def tie_order(data: SequenceData, ordering: str) -> np.ndarray:
     """The positions of ``data.items`` with every run of one user's equal times re-ordered: ``file`` keeps the
     prepared order, ``item`` sorts a run by item id, ``reverse`` reverses it, ``random-S`` shuffles it (seed S)."""
-    n = len(data.items)
-    user = np.repeat(np.arange(len(data.offsets) - 1), np.diff(data.offsets))
+    n, user = len(data.items), data.user_index()
     # A run: consecutive positions of one user with one time; its number orders the runs as they stand.
     starts = np.r_[True, (user[1:] != user[:-1]) | (data.times[1:] != data.times[:-1])]
     run_of = np.cumsum(starts) - 1
@@ -63,12 +62,7 @@ def tie_order(data: SequenceData, ordering: str) -> np.ndarray:
 def tie_counts(data: SequenceData) -> dict:
     """How many users' targets a tie decides: the share whose test target (last) or validation target (second to
     last) shares its time with another of the user's interactions, and the share of all interactions in a tie."""
-    times, offsets = data.times, data.offsets
-    last, before = offsets[1:] - 1, offsets[1:] - 2
-    tied_next = np.r_[times[1:] == times[:-1], False]  # the next position has the same time (same user or not)
-    tied_next[offsets[1:] - 1] = False  # a user's last position is followed by another user
-    tied_prev = np.r_[False, tied_next[:-1]]
-    in_tie = tied_next | tied_prev
+    last, before, in_tie = data.offsets[1:] - 1, data.offsets[1:] - 2, data.tied_in_time()
     return {"users": len(last),
             "test_target_in_a_tie": round(float(in_tie[last].mean()), 4),
             "validation_target_in_a_tie": round(float(in_tie[before].mean()), 4),
@@ -77,7 +71,7 @@ def tie_counts(data: SequenceData) -> dict:
 
 def as_log(data: SequenceData, order: np.ndarray) -> pd.DataFrame:
     """The data as a log in ``order`` (user row, item id, time), which the stable time sort keeps as it is."""
-    user = np.repeat(np.arange(len(data.offsets) - 1), np.diff(data.offsets))
+    user = data.user_index()
     return pd.DataFrame({"user": user[order], "item": data.items[order], "time": data.times[order]})
 
 
