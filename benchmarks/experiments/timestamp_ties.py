@@ -59,10 +59,15 @@ def tie_order(data: SequenceData, ordering: str) -> np.ndarray:
     return np.lexsort((within, run_of))
 
 
+def target_positions(data: SequenceData) -> tuple[np.ndarray, np.ndarray]:
+    """Each user's test target (last position) and validation target (second to last) in ``data.items``."""
+    return data.offsets[1:] - 1, data.offsets[1:] - 2
+
+
 def tie_counts(data: SequenceData) -> dict:
     """How many users' targets a tie decides: the share whose test target (last) or validation target (second to
     last) shares its time with another of the user's interactions, and the share of all interactions in a tie."""
-    last, before, in_tie = data.offsets[1:] - 1, data.offsets[1:] - 2, data.tied_in_time()
+    (last, before), in_tie = target_positions(data), data.tied_in_time()
     return {"users": len(last),
             "test_target_in_a_tie": round(float(in_tie[last].mean()), 4),
             "validation_target_in_a_tie": round(float(in_tie[before].mean()), 4),
@@ -99,7 +104,7 @@ def main(argv=None) -> int:
     orders = {ordering: tie_order(data, ordering) for ordering in args.orderings}  # every name checked first
     counts = tie_counts(data)
     print(f"{args.dataset}: {counts}")
-    first_test, first_valid = data.offsets[1:] - 1, data.offsets[1:] - 2
+    first_test, first_valid = target_positions(data)
     reference = orders.get("file", np.arange(len(data.items)))
     entries = []
     for ordering, order in orders.items():
