@@ -20,6 +20,7 @@ import itertools
 import math
 import multiprocessing
 import os
+import time
 from typing import Callable, Iterable, Iterator
 
 import joblib
@@ -49,6 +50,41 @@ def cpu_threads() -> int:
         return os.cpu_count() or 1
 
 
+def busy_cores(interval: float = 0.1) -> float | None:
+    """How many of this process's cores other processes keep busy: their non-idle share over ``interval`` seconds
+    in ``/proc/stat``, summed over the cores of the affinity mask (None where there is no ``/proc/stat``)."""
+    def ticks() -> dict[int, list[int]]:
+        with open("/proc/stat") as stat:
+            fields = [line.split() for line in stat if line.startswith("cpu") and line[3].isdigit()]
+        # user nice system idle iowait irq softirq steal: idle and iowait are the idle ticks
+        return {int(name[3:]): [int(value) for value in values[:8]] for name, *values in fields}
+
+    try:
+        cores, before = os.sched_getaffinity(0), ticks()
+        time.sleep(interval)
+        after = ticks()
+    except (OSError, AttributeError):  # not Linux
+        return None
+    busy = 0.0
+    for core in cores & before.keys() & after.keys():
+        spent = [later - earlier for earlier, later in zip(before[core], after[core])]
+        busy += (sum(spent) - spent[3] - spent[4]) / sum(spent) if sum(spent) else 0.0
+    return busy
+
+
+def shared_cores_warning(threads: int, n_jobs: int, cores: int, busy: float) -> str | None:
+    """One line when a run's torch threads (``threads`` per job, ``n_jobs`` at once) and the cores other
+    processes keep ``busy`` exceed the ``cores`` it may use: torch's threads wait for each other at every
+    operation, so a thread without a core of its own stalls the rest (README, "Running a large grid")."""
+    wanted = threads * n_jobs
+    if busy + wanted <= cores + 0.5:
+        return None
+    return (f"warning: this run starts {n_jobs} job(s) × {threads} torch thread(s) on {cores} core(s), "
+            f"{busy:.1f} of them busy with other processes: threads that share a core wait for each other and "
+            f"training can run many times slower; choose --jobs and --threads to fit the free cores, or start "
+            f"when the other work ends")
+
+
 class Executor:
     """Runs payloads where the options say (module docstring) and yields their outcomes as they finish."""
 
@@ -72,6 +108,12 @@ class Executor:
             self.parallelism = n_jobs
         local_parallel = n_jobs > 1 and not dask_scheduler
         self.threads_per_job = options.threads or (max(1, cpu_threads() // n_jobs) if local_parallel else None)
+        if not dask_scheduler and resolve_device(options.device).type == "cpu":
+            busy = busy_cores()
+            warning = busy is not None and shared_cores_warning(self.threads_per_job or torch.get_num_threads(),
+                                                                n_jobs, cpu_threads(), busy)
+            if warning:
+                log(warning)
         self.worker_progress = options.progress and not local_parallel and not dask_scheduler
         # Workers side by side share the driver's stderr: a line an epoch each, named by its run id, and no bars.
         self.worker_epoch_lines = options.progress and local_parallel

@@ -397,6 +397,38 @@ def test_two_jobs_at_once_give_the_metrics_of_one_at_a_time(tmp_path, capsys):
     assert metrics("parallel") == metrics("serial") and len(metrics("serial")) == 8
 
 
+@pytest.mark.parametrize("threads, jobs, busy, warned", [
+    (2, 1, 0.0, False),  # both cores to one job on a quiet machine
+    (1, 2, 0.0, False),  # one each to two jobs
+    (1, 1, 1.0, False),  # the free core to a job beside another run
+    (2, 1, 1.0, True),   # two threads beside a run that keeps one core busy: the case measured in README
+    (1, 2, 1.0, True),
+    (2, 2, 0.0, True),   # more threads than cores on a quiet machine
+])
+def test_threads_beyond_the_free_cores_are_warned_about(threads, jobs, busy, warned):
+    from recbench.benchmarks.execution import shared_cores_warning
+    warning = shared_cores_warning(threads, jobs, 2, busy)
+    assert bool(warning) == warned
+    if warned:
+        assert f"{jobs} job(s) × {threads} torch thread(s) on 2 core(s), {busy:.1f} of them busy" in warning
+
+
+def test_a_run_beside_busy_cores_says_so_before_it_trains(tmp_path, capsys, monkeypatch):
+    from recbench.benchmarks import execution
+    monkeypatch.setattr(execution, "busy_cores", lambda: 2.0)
+    monkeypatch.setattr(execution, "cpu_threads", lambda: 2)
+    code, out, err = run(["--models", "pop", *TINY, "--threads", "1"], tmp_path, capsys)
+    text = out + err
+    assert code == 0 and len(rows(tmp_path)) == 2
+    assert "warning: this run starts 1 job(s) × 1 torch thread(s) on 2 core(s), 2.0 of them busy" in text
+
+
+def test_busy_cores_reads_the_processors_idle_time():
+    from recbench.benchmarks.execution import busy_cores
+    busy = busy_cores(0.05)
+    assert busy is None or 0.0 <= busy <= len(os.sched_getaffinity(0))
+
+
 # ------------------------------------------------------------------------------------ separate processes
 
 def cli(tmp_path, *argv, output="out", wrapper=(), quiet=True):
