@@ -122,7 +122,7 @@ def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys, monkeypatc
     if terminal:
         assert "bprmf: stopped by the 0.5 s time budget" in last
     else:  # a log's last line: the run's last epoch, and what ended it
-        assert last.startswith(f"bprmf: step {report.steps_run}, epoch {report.epochs_run} of at most 10000, loss ")
+        assert last.startswith(f"bprmf: step {report.steps_run:,}, epoch {report.epochs_run} of at most 10000, loss ")
         assert last.endswith("stopped by the 0.5 s time budget")
     report = trainer(max_epochs=2, progress=True).fit(new_model(), toy_split().train(), None)
     assert report.stopped_by == "max epochs" and "time budget" not in capsys.readouterr().err
