@@ -16,11 +16,9 @@ users and projects to all of them (evaluation and epochs in proportion to users;
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks.experiments.speed_transformers import load_average, measure, write_report
+from benchmarks.experiments.speed_transformers import load_average, measure_in_fresh_process, write_report
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.provenance import git_commit
 
@@ -50,10 +48,9 @@ def main(argv=None) -> int:
         if dataset not in args.datasets:
             continue
         for model in args.models:
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
-                row = fresh.submit(measure, model, dataset, args.batches, "cpu", None, generated=False,
-                                   threads=args.threads, cache_dir=args.cache_dir, config_dataset=config_dataset,
-                                   users=args.users).result()
+            row = measure_in_fresh_process(model, dataset, args.batches, "cpu", None, generated=False,
+                                           threads=args.threads, cache_dir=args.cache_dir,
+                                           config_dataset=config_dataset, users=args.users)
             row["configuration_of"] = config_dataset
             row["paper_copies_per_window"] = copies_per_window(model, config_dataset)
             row["paper_epoch_seconds"] = round(row["epoch_rows_seconds"] * row["paper_copies_per_window"], 1)

@@ -15,13 +15,11 @@ cores other processes keep busy (``benchmarks.execution.shared_cores_warning``).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
-from benchmarks.experiments.speed_transformers import ROOT, load_average, measure, write_report
+from benchmarks.experiments.speed_transformers import ROOT, load_average, measure_in_fresh_process, write_report
 
 # One core kept busy by a one-thread torch process, as a second training run would keep it.
 COMPETITOR = ("import torch\ntorch.set_num_threads(1)\nx = torch.randn(384, 384)\n"
@@ -29,9 +27,7 @@ COMPETITOR = ("import torch\ntorch.set_num_threads(1)\nx = torch.randn(384, 384)
 
 
 def timed(model: str, dataset: str, batches: int, data_dir: str, threads: int) -> dict:
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
-        return fresh.submit(measure, model, dataset, batches, "cpu", data_dir, generated=False,
-                            threads=threads).result()
+    return measure_in_fresh_process(model, dataset, batches, "cpu", data_dir, generated=False, threads=threads)
 
 
 def main(argv=None) -> int:

@@ -124,6 +124,12 @@ def measure(model_name: str, dataset: str, batches: int, device: str, data_dir: 
     }
 
 
+def measure_in_fresh_process(*args, **kwargs) -> dict:
+    """:func:`measure` in a new spawned process, so that its peak memory and its torch threads are its own."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
+        return fresh.submit(measure, *args, **kwargs).result()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["ml-1m", "beauty"], choices=list(SHAPES))
@@ -139,9 +145,8 @@ def main(argv=None) -> int:
     results = []
     for dataset in args.datasets:
         for model_name in args.models:
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
-                row = fresh.submit(measure, model_name, dataset, args.batches, device, args.data_dir,
-                                   generated=args.synthetic, threads=args.threads).result()
+            row = measure_in_fresh_process(model_name, dataset, args.batches, device, args.data_dir,
+                                           generated=args.synthetic, threads=args.threads)
             results.append(row)
             print(f"{dataset:>7} {model_name:>9}: {row['train_sequences_per_s']:7.1f} seq/s, epoch of "
                   f"{row['users']:,} sequences {row['epoch_seconds']:7.1f} s, full-ranking eval of all users "
