@@ -124,5 +124,6 @@ def main(argv=None) -> int:
     print(f"written: {args.output}")
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())
