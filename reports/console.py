@@ -1,12 +1,12 @@
-"""The tables a grid prints when it ends and writes to ``table.md``: one per dataset and protocol, metrics ×
-models (mean ± std over seeds) of the main grid's rows. The full report (``reports.report``) builds the paper's
-tables from the same rows."""
+"""The tables a grid prints when it ends and writes to ``table.md``: one per dataset and protocol, metrics × models
+(mean ± sample standard deviation over seeds, as in the report) of the main grid's rows. The full report
+(``reports.report``) builds the paper's tables from the same rows."""
 from __future__ import annotations
 
-import numpy as np
 from tabulate import tabulate
 
 from recbench.benchmarks.store import LEAVE_ONE_OUT, split_scheme
+from recbench.reports.stats import seed_summary
 
 SMOKE_NOTE = ("> **Smoke profile: installation check, not the paper's settings.** These models were trained for "
               "seconds on small budgets; their numbers say that everything runs, not how the models compare. "
@@ -33,11 +33,13 @@ def _table(dataset: str, protocol: str, rows: list[dict]) -> str:
         cells = [metric]
         for name in models:
             values = [r["metrics"][metric] for r in rows if r["model"] == name and metric in r["metrics"]]
-            cells.append("–" if not values else f"{np.mean(values):.4f}"
-                         + (f" ± {np.std(values):.4f}" if len(values) > 1 else ""))
+            summary = seed_summary(values) if values else None
+            cells.append("–" if summary is None else f"{summary.mean:.4f}"
+                         + ("" if summary.std is None else f" ± {summary.std:.4f}"))
         table.append(cells)
     seeds = len({r["seed"] for r in rows})
     temporal = ", temporal split" if any(split_scheme(r) != LEAVE_ONE_OUT for r in rows) else ""
-    title = f"### {dataset} — protocol `{protocol}` ({seeds} seed{'s' if seeds > 1 else ''}, test split{temporal})"
+    spread = f"{seeds} seeds, mean ± sample std" if seeds > 1 else "1 seed"
+    title = f"### {dataset} — protocol `{protocol}` ({spread}, test split{temporal})"
     return title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github", disable_numparse=True,
                                      colalign=("left",) + ("right",) * len(models))

@@ -46,8 +46,11 @@ def measure(row: Row, metric: str) -> float | None:
 def summarize(rows: list[Row], metric: str) -> Summary | None:
     """Mean ± std of ``metric`` (:func:`measure`) over the rows (one per seed); None when no row has it."""
     values = [value for row in rows if (value := measure(row, metric)) is not None]
-    if not values:
-        return None
+    return seed_summary(values) if values else None
+
+
+def seed_summary(values: list[float]) -> Summary:
+    """Mean and sample standard deviation (ddof=1) of one metric's per-seed ``values``; no std for one seed."""
     std = float(np.std(values, ddof=1)) if len(values) > 1 else None
     return Summary(float(np.mean(values)), std, len(values))
 

@@ -1025,3 +1025,15 @@ def test_the_console_table_leaves_a_gap_for_a_metric_an_older_row_lacks(tmp_path
     lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
              for line in text.splitlines() if line.startswith("| ")}
     assert lines["NDCG@10"] == ["0.0500", "0.2500"] and lines["ARP@10"] == ["–", "400.0000"]
+
+
+def test_the_console_table_shows_the_same_sample_standard_deviation_over_seeds_as_the_report(tmp_path):
+    from recbench.reports.console import main_tables
+
+    rows = [hand_split_row(tmp_path, "leave-one-out", "sasrec", seed, **{"NDCG@10": value})
+            for seed, value in ((0, 0.1), (1, 0.3))]
+    text = main_tables(rows)
+    ndcg = next(line for line in text.splitlines() if line.startswith("| NDCG@10"))
+    # mean .2; sample std sqrt(((.1 - .2)² + (.3 - .2)²) / (2 - 1)) = .1414 (the population std would be .1000)
+    assert ndcg.split("|")[2].strip() == "0.2000 ± 0.1414"
+    assert "(2 seeds, mean ± sample std, test split)" in text
