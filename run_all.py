@@ -16,12 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from recbench.benchmarks.commands.api import default_output
 from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
 from recbench.benchmarks.config import PROFILES
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import TASKS, Job
 from recbench.benchmarks.negatives import PAIRS
-from recbench.benchmarks.options import output_suffix
 from recbench.datasets import DATASET_NAMES, log_entries, log_format
 from recbench.datasets.errors import unknown
 from recbench.models import model_class, model_names
@@ -75,9 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     _check_data_and_models(parser, args)
     _check_protocols(parser, args)
     if args.output is None:
-        task = "-relevance" if args.task == "relevance" else ""
-        args.output = str(Path("results") / (f"{'-'.join(args.datasets)}{task}-{args.profile}"
-                                             f"{output_suffix(args.split)}"))
+        args.output = str(default_output(args.datasets, args.task, {"split": args.split, "profile": args.profile}))
     return args
 
 

@@ -248,3 +248,10 @@ def test_relevance_task_refuses_ranking_protocols(capsys):
     with pytest.raises(SystemExit):
         run_all.parse_args(["--task", "relevance", "--protocols", "full"])
     assert "--protocols applies to --task next-item" in capsys.readouterr().err
+
+
+def test_the_default_output_folder_names_the_datasets_task_profile_and_split():
+    for argv, folder in ((["--datasets", "ml-1m", "beauty"], "results/ml-1m-beauty-smoke"),
+                         (["--task", "relevance", "--profile", "converge"], "results/ml-1m-relevance-converge"),
+                         (["--split", "temporal", "--profile", "converge"], "results/ml-1m-converge-temporal")):
+        assert run_all.parse_args(["--datasets", "ml-1m", *argv]).output == folder
