@@ -8,8 +8,9 @@ one that validation may stop earlier runs at most that many, so its figure is an
 either. Where a converged reference run of the same model on the same dataset and profile exists
 (``results/reference/converge-<dataset>.json``, :func:`reference_stops`), an early-stopped job also gets an
 expected figure: its steps up to the epoch at which early stopping ended that run (the latest over its seeds). A
-plan's own jobs that have finished (rows written, or reused from another folder) count before those files
-(:func:`finished_stops`): they share the settings the reference run may not (a study's dropout, say).
+plan's own jobs that have finished (rows written, or reused from another folder), and the other finished jobs of
+its output folder, count before those files (:func:`finished_stops`): they share the settings the reference run may
+not (a study's dropout, say).
 Validation, the test pass and the one-off preparation of training examples are not included: mostly small, but a
 model that scores each (user, item) pair through a network ranks slowly (NCF's full-ranking test pass on Beauty,
 40,226 users against 54,542 items, takes over an hour on one thread).
@@ -174,12 +175,12 @@ def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int],
 
 def finished_stops(runs) -> dict[tuple[str, str, str, int], tuple[int, str]]:
     """{(dataset, model, profile, patience): (epochs, source)}, as :func:`reference_stops` gives them, from a plan's
-    own finished jobs: ``runs`` holds (run id, one of its result rows, where) for each (a job's rows share its
-    training, one per protocol), ``where`` saying where reused rows come from ("reused from FOLDER"; "" for rows
-    of the plan's own folder); the latest epoch at which early stopping ended one of them counts. A study's jobs
-    share every setting but the one each varies, where the reference run may differ from all of them: Table 5's
-    ablation at dropout 0.1 reuses a default row that stopped at epoch 185, while the profile's reference run at
-    dropout 0.2 stopped at 146."""
+    finished jobs: ``runs`` holds (run id, one of its result rows, where) for each (a job's rows share its training,
+    one per protocol), ``where`` saying where a row comes from when not from the plan's own jobs ("reused from
+    FOLDER", or a row of the output folder outside the plan); the latest epoch at which early stopping ended one of
+    them counts. A study's jobs share every setting but the one each varies, where the reference run may differ from
+    all of them: Table 5's ablation at dropout 0.1 reuses a default row that stopped at epoch 185, while the
+    profile's reference run at dropout 0.2 stopped at 146."""
     stops = {}
     for run_id, row, where in runs:
         if row.get("stopped_by") != "early stopping":
@@ -187,8 +188,7 @@ def finished_stops(runs) -> dict[tuple[str, str, str, int], tuple[int, str]]:
         signature = (row["dataset"], row["model"], row["profile"], row["train_settings"]["patience"])
         if signature not in stops or row["epochs_run"] > stops[signature][0]:
             source = f", {where}" if where else ""
-            stops[signature] = (row["epochs_run"], f"this plan's finished {run_id} did (epoch "
-                                                   f"{row['epochs_run']}{source})")
+            stops[signature] = (row["epochs_run"], f"the finished {run_id} did (epoch {row['epochs_run']}{source})")
     return stops
 
 

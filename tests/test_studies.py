@@ -393,19 +393,25 @@ def test_a_plans_own_early_stopped_jobs_set_where_its_other_jobs_are_expected_to
     pffn = estimates[without_pffn.key]
     per_epoch = pffn.steps // 50
     assert pffn.steps == 50 * per_epoch and pffn.expected == pytest.approx(4 * per_epoch * pffn.per_step)
-    assert (f"if it stops where this plan's finished {default.run_id} did (epoch 4, reused from "
+    assert (f"if it stops where the finished {default.run_id} did (epoch 4, reused from "
             f"{tmp_path / 'main'}); ≤ ") in pffn.describe()
 
     store.commit(without_pe.key, [row(without_pe, 7)], {})  # a later early stop of the plan's own folder counts
     (pffn,) = training_left(planned, datasets, store, args, {}, twins).values()
     assert pffn.expected == pytest.approx(7 * per_epoch * pffn.per_step)
-    assert f"this plan's finished {without_pe.run_id} did (epoch 7)" in pffn.describe()
+    assert f"the finished {without_pe.run_id} did (epoch 7)" in pffn.describe()
 
     store.commit(without_pe.key, [row(without_pe, 50, "max epochs")], {})  # a cap says nothing of where it stops
     (pffn,) = training_left(planned, datasets, store, args, {}, twins).values()
     assert pffn.expected == pytest.approx(4 * per_epoch * pffn.per_step)
     without_resume = training_left(planned, datasets, store, Namespace(**{**vars(args), "resume": False}), {}, {})
     assert all(estimate.expected is None for estimate in without_resume.values())  # no reference run on chain
+
+    # A later run of the study with --variants "w/o PFFN" plans that job alone; the folder's w/o PE row still counts.
+    store.commit(without_pe.key, [{**row(without_pe, 9), "run_id": without_pe.run_id}], {})
+    (alone,) = training_left([without_pffn], datasets, store, args, {}, {}).values()
+    assert alone.expected == pytest.approx(9 * per_epoch * alone.per_step)
+    assert f"the finished {without_pe.run_id} did (epoch 9, a row of this folder outside this plan)" in alone.describe()
 
 
 def test_jobs_at_once_share_the_sum_but_never_beat_the_longest_job():

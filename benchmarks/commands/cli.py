@@ -149,7 +149,9 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
     of the interrupted jobs a run with --resume continues (empty without --resume, when every job starts afresh and
     no finished one is skipped). None for the jobs that are done (with --resume) or reused from ``twins``, the steps
     not trained yet for the resumed ones, all of them for the rest. Where the done and reused jobs stopped early
-    is where the others of their model are expected to stop, before the reference runs (:func:`finished_stops`)."""
+    is where the others of their model are expected to stop, before the reference runs (:func:`finished_stops`), as
+    is where the jobs of the output folder outside this plan stopped (an earlier run of a study with other
+    ``--variants``)."""
     twins = twins or {}
     rows = store.rows if args.resume else []
     finished = store.finished(planned, rows)
@@ -160,6 +162,9 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
     for row in rows:
         first_row.setdefault(row.get("key"), row)
     own = [(job.run_id, first_row[job.key], "") for job in planned if job.key in finished]
+    planned_keys = {job.key for job in planned}
+    own += [(row.get("run_id", key[:12]), row, "a row of this folder outside this plan")
+            for key, row in first_row.items() if key not in planned_keys]
     own += [(job.run_id, twins[job.key].rows[0], f"reused from {twins[job.key].folder}") for job in planned
             if job.key in twins]
     estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
