@@ -183,9 +183,10 @@ def finished_stops(runs) -> dict[tuple[str, str, str, int], tuple[int, str]]:
     profile's reference run at dropout 0.2 stopped at 146."""
     stops = {}
     for run_id, row, where in runs:
-        if row.get("stopped_by") != "early stopping":
+        patience = (row.get("train_settings") or {}).get("patience")
+        if row.get("stopped_by") != "early stopping" or patience is None:  # a cap, or a row too old to say
             continue
-        signature = (row["dataset"], row["model"], row["profile"], row["train_settings"]["patience"])
+        signature = (row["dataset"], row["model"], row.get("profile"), patience)
         if signature not in stops or row["epochs_run"] > stops[signature][0]:
             source = f", {where}" if where else ""
             stops[signature] = (row["epochs_run"], f"the finished {run_id} did (epoch {row['epochs_run']}{source})")
