@@ -163,8 +163,8 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
         first_row.setdefault(row.get("key"), row)
     own = [(job.run_id, first_row[job.key], "") for job in planned if job.key in finished]
     planned_keys = {job.key for job in planned}
-    own += [(row.get("run_id", key[:12]), row, "a row of this folder outside this plan")
-            for key, row in first_row.items() if key not in planned_keys]
+    own += [(row["run_id"], row, "a row of this folder outside this plan") for key, row in first_row.items()
+            if key not in planned_keys]
     own += [(job.run_id, twins[job.key].rows[0], f"reused from {twins[job.key].folder}") for job in planned
             if job.key in twins]
     estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
