@@ -2,8 +2,9 @@
 
 :class:`TrainSettings` is what a run computes (optimiser, schedule, stopping rules, validation, precision): every
 field enters the job's key. :class:`TrainRun` is how it runs (seed, checkpoint path, progress bar,
-``torch.compile``, a callback at each validation): none of it changes the numbers a run ends with, except
-that the callback may stop the run (tuning prunes through it).
+``torch.compile``, a callback at each validation): none of it changes what a run computes, except that the
+callback may stop the run (tuning prunes through it); a compiled step rounds differently and draws other dropout
+masks, another sample of the same computation, as another device's run is.
 
 :meth:`Trainer.fit` is a few named steps over a small :class:`TrainState`: restore a checkpoint, train one
 epoch, validate and decide, save a checkpoint; at the end the best-on-validation weights are put back (the
