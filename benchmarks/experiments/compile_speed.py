@@ -1,0 +1,112 @@
+"""Training speed under ``--compile`` (``torch.compile`` of the model's loss) against eager, interleaved:
+
+    python -m benchmarks.experiments.compile_speed --data-dir DIR --threads 2 --rounds 3 --batches 20
+    python -m benchmarks.experiments.compile_speed --data-dir DIR --device cuda --rounds 3 --batches 200
+
+Each model of ``--models`` on ML-1m, built as the converge profile builds it, trains ``--batches`` batches of randomly
+chosen users from the same initial weights once eagerly and once compiled, the order alternating between rounds so
+that both see the same load (recorded before and after). Each measurement trains a fresh model over the timed users
+twice, one epoch each: the first pass pays for compiling (the compiler's caches are emptied before it, and every new
+batch shape compiles again), the second is the steady state in which a long run spends its epochs. The figures per
+round: training sequences per second in each mode's second pass, the ratio compiled / eager (above 1: compiling is
+faster), and the seconds the compiled first pass took beyond the eager one, the price paid once per job. The README's
+``--compile`` row quotes the file this writes.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.experiments.speed_transformers import load_average, write_report
+from recbench.benchmarks.config import resolve
+from recbench.benchmarks.provenance import describe_device, git_commit
+from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
+from recbench.datasets import load_dataset
+from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.models import model_class
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ("eager", "compiled")
+
+
+def two_passes(model_name: str, mode: str, data, timed, device: torch.device, seed: int) -> tuple[float, float, int]:
+    """Seconds of the first and of the second pass over ``timed`` of a fresh model (the seed's weights) in ``mode``,
+    and the training sequences of one pass."""
+    config = resolve(model_name, "ml-1m", "converge", ("max_epochs=1", "warmup_steps=0", "max_steps=none"))
+    torch.manual_seed(seed)
+    model = model_class(model_name)(data.n_users, data.n_items, config.model)
+    model.to(device)
+    if mode == "compiled":
+        torch._dynamo.reset()  # every measurement compiles afresh, and fresh models never reach the recompile limit
+    run = TrainRun(seed=seed, progress=False, compile=mode == "compiled")
+    first = Trainer(config.train, run).fit(model, timed, None).train_seconds
+    second = Trainer(config.train, run).fit(model, timed, None).train_seconds
+    return first, second, len(next(iter(model.training_examples(timed).values())))
+
+
+def speed_rounds(args, data, train, device: torch.device) -> list[dict]:
+    rng = np.random.default_rng(args.seed)
+    results = []
+    for model_name in args.models:
+        batch = resolve(model_name, "ml-1m", "converge").train.batch_size
+        timed = train.subset(np.sort(rng.choice(len(train), min(len(train), args.batches * batch), replace=False)))
+        for round_number in range(args.rounds):
+            order = MODES if round_number % 2 == 0 else MODES[::-1]
+            before, first, speed = load_average(), {}, {}
+            for mode in order:
+                first[mode], second, rows = two_passes(model_name, mode, data, timed, device, args.seed)
+                speed[mode] = rows / second
+            row = {"model": model_name, "round": round_number + 1, "order": list(order),
+                   "eager_sequences_per_s": round(speed["eager"], 1),
+                   "compiled_sequences_per_s": round(speed["compiled"], 1),
+                   "compiled_over_eager": round(speed["compiled"] / speed["eager"], 3),
+                   "compile_seconds": round(first["compiled"] - first["eager"], 1),
+                   "first_pass_seconds": {mode: round(first[mode], 2) for mode in MODES},
+                   "load_before": before, "load_after": load_average()}
+            results.append(row)
+            print(f"{model_name:>9} round {row['round']}: eager {row['eager_sequences_per_s']:8.1f}, compiled "
+                  f"{row['compiled_sequences_per_s']:8.1f} seq/s, ratio {row['compiled_over_eager']:.3f}, compiling "
+                  f"{row['compile_seconds']:.1f} s (load {before} -> {row['load_after']})", flush=True)
+    return results
+
+
+def summary(results: list[dict], models) -> list[dict]:
+    """The median ratio, its range and the median compile seconds per model."""
+    out = []
+    for model_name in models:
+        rows = [r for r in results if r["model"] == model_name]
+        ratios = [r["compiled_over_eager"] for r in rows]
+        out.append({"model": model_name, "median_compiled_over_eager": statistics.median(ratios),
+                    "min": min(ratios), "max": max(ratios), "rounds": len(rows),
+                    "median_compile_seconds": statistics.median(r["compile_seconds"] for r in rows)})
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=None, help="folder with the dataset (else $RECBENCH_DATA_DIR)")
+    parser.add_argument("--models", nargs="+", default=["bert4rec", "sasrec-ce"])
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=20, help="training batches in each timed pass")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=None, help="default: results/reference/compile-speed-<device type>.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    data = load_dataset("ml-1m", data_dir=args.data_dir, download=False, progress=False)
+    train = LeaveOneOutSplit(data).train()
+    results = speed_rounds(args, data, train, device)
+    output = args.output or ROOT / "results" / "reference" / f"compile-speed-{device.type}.json"
+    write_report(output, "compile_speed", argv, args.threads, results, summary=summary(results, args.models),
+                 device=describe_device(device), torch=torch.__version__, commit=git_commit())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
