@@ -74,19 +74,20 @@ def main_grid_key(job: PlannedJob) -> str:
 
 
 def reusable_twins(planned: list[PlannedJob], folders) -> dict[str, Twin]:
-    """{key: twin} of the planned study jobs whose every result row a folder of ``folders`` already holds under the
-    main-grid key (:func:`main_grid_key`); the first folder that holds one counts."""
+    """{key: twin} of the planned study jobs whose every result row a folder of ``folders`` already holds, under the
+    job's own key (the same study job run elsewhere: another machine, a GPU) or under its main-grid key
+    (:func:`main_grid_key`); the first folder that holds one counts."""
     twins = {}
     held = [(store.folder, store.rows) for store in (ResultStore(Path(folder).resolve()) for folder in folders)]
     for job in planned:
         if job.job.study == "main":
             continue
-        key = main_grid_key(job)
-        for folder, folder_rows in held:
-            rows = [row for row in folder_rows if row.get("key") == key]
-            if set(job.protocols) <= {row["protocol"] for row in rows}:
-                twins[job.key] = Twin(folder, key, tuple(rows))
-                break
+        candidates = ((folder, key, [row for row in rows if row.get("key") == key])
+                      for folder, rows in held for key in (job.key, main_grid_key(job)))
+        twin = next((Twin(folder, key, tuple(rows)) for folder, key, rows in candidates
+                     if set(job.protocols) <= {row["protocol"] for row in rows}), None)
+        if twin is not None:
+            twins[job.key] = twin
     return twins
 
 

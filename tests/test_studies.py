@@ -534,3 +534,30 @@ def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_agai
     assert main(["ablation", "--datasets", "synthetic", "--reuse", str(tmp_path / "nowhere"), "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --reuse {tmp_path / 'nowhere'}: no results.jsonl there "
                                                f"(expected a results folder of run_all.py)")
+
+
+def test_a_study_reuses_its_own_job_run_in_another_folder(tmp_path):
+    """A variant trained elsewhere (another machine, a lent GPU) with the same study, settings and seed is the same
+    job: --reuse takes its rows under its own key, and the study trains only what no folder holds."""
+    from recbench.benchmarks.grid import reusable_twins
+
+    tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=1", "valid_every=1", "dupe_factor=1")
+    data = {"chain": chain_data(n_users=60)}
+
+    def options(folder):
+        return RunOptions(output=tmp_path / folder, protocols=("full", "pop100"), profile="smoke", device="cpu",
+                          cache_dir=str(tmp_path / "cache"), progress=False)
+
+    elsewhere = run_jobs(ablation_jobs(["chain"], ["bert4rec"], variants=["w/o PE"], overrides=tiny),
+                         options("elsewhere"), preloaded=data, log=lambda *_: None).rows
+    jobs = ablation_jobs(["chain"], ["bert4rec"], variants=["default", "w/o PE"], overrides=tiny)
+    planned, _ = plan_grid(jobs, options("study"), preloaded=data)
+    twins = reusable_twins(planned, (tmp_path / "elsewhere",))
+    assert list(twins) == [planned[1].key] and twins[planned[1].key].key == planned[1].key == elsewhere[0]["key"]
+    result = run_jobs(jobs, options("study"), preloaded=data, log=lambda *_: None, twins=twins)
+    assert {outcome.run_id: outcome.trained for outcome in result.finished} == {
+        "chain/bert4rec/default/seed0": True, "chain/bert4rec/w/o PE/seed0": False}  # only the default trained
+    written = [json.loads(line) for line in (tmp_path / "study" / "results.jsonl").read_text().splitlines()]
+    reused = [row for row in written if row["variant"] == "w/o PE"]
+    assert [row["metrics"] for row in reused] == [row["metrics"] for row in elsewhere]
+    assert all(row["reused_from"]["folder"] == str((tmp_path / "elsewhere").resolve()) for row in reused)

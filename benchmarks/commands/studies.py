@@ -313,10 +313,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                          help="applied to every job before the study's own overrides (repeatable); a field the "
                               "study ties to its swept value is left as set here")
         sub.add_argument("--reuse", action="append", default=[], metavar="FOLDER",
-                         help="a results folder of run_all.py: a study job that is the same computation as a job "
-                              "there (same model, data, settings, seed and profile; the ablation's default row, "
-                              "say) takes that job's rows, labelled reused_from, instead of training again "
-                              "(repeatable)")
+                         help="a results folder of run_all.py or of this study: a study job that is the same "
+                              "computation as a job there (same model, data, settings, seed and profile; the "
+                              "ablation's default row, say, or a variant trained on another machine) takes that "
+                              "job's rows, labelled reused_from, instead of training again (repeatable)")
         sub.add_argument("--no-estimate", dest="estimate", action="store_false",
                          help="skip timing a few training steps per job for the plan's time estimates")
         add_run_options(sub)  # --output defaults to results/study-<study>-<datasets>-<profile>
