@@ -7,7 +7,8 @@ Each model of ``--models`` on ML-1m, built as the converge profile builds it, tr
 chosen users from the same initial weights once eagerly and once compiled, the order alternating between rounds so
 that both see the same load (recorded before and after). Each measurement trains a fresh model over the timed users
 twice, one epoch each: the first pass pays for compiling (dynamo's in-memory cache is emptied before it; inductor's
-cache on disk stays, so the first round compiles cold and later ones warm), the second is the steady state in which a
+cache on disk, a fresh folder for the run, stays, so the first round compiles cold, as a user's first job does, and
+later ones warm, as the jobs after it), the second is the steady state in which a
 long run spends its epochs. The figures per round: training sequences per second in each mode's second pass, the
 ratio compiled / eager (above 1: compiling is faster), and the seconds of compiling, the price paid once per job: how
 much longer the compiled first pass took than its second, less the same excess of the eager passes (warm-up).
@@ -20,7 +21,9 @@ file this writes.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default=None, help="default: results/reference/compile-speed-<device type>.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile-speed-")  # round 1 compiles cold
     device = resolve_device(args.device)
     data = load_dataset("ml-1m", data_dir=args.data_dir, download=False, progress=False)
     train = LeaveOneOutSplit(data).train()
