@@ -189,7 +189,8 @@ def packed_attention(attention: MultiHeadAttention, queries: torch.Tensor, keys:
     """MH(Q, K) of packed (N, d) query and key rows → packed (N, d), or (B, d) for each sequence's last position
     only (every position is still a key)."""
     dropout = attention.dropout.p if attention.training else 0.0
-    # Under --compile the plain kernel: inductor fails on the slices' data-dependent shapes (torch 2.13, CPU).
+    # Under --compile the plain kernel, which keeps every layer's weights for backward: inductor fails on the
+    # slices' data-dependent shapes (torch 2.13, CPU).
     recompute = (dropout > 0 and queries.device.type == "cpu" and torch.is_grad_enabled()
                  and not torch.compiler.is_compiling())
     if recompute and not last_only:
