@@ -55,8 +55,9 @@ class GridResult:
 
 @dataclass(frozen=True)
 class Twin:
-    """A study job's computation already done by a main-grid job: the same model, dataset, settings, seed,
-    protocols and profile, only the study's labels differ (the ablation's default row is the main grid's job)."""
+    """A study job's computation already done in another folder: by the same study job (another machine, a GPU) or
+    by a main-grid job with the same model, dataset, settings, seed, protocols and profile, only the study's labels
+    differing (the ablation's default row is the main grid's job)."""
 
     folder: Path
     key: str
@@ -82,8 +83,8 @@ def reusable_twins(planned: list[PlannedJob], folders) -> dict[str, Twin]:
     for job in planned:
         if job.job.study == "main":
             continue
-        candidates = ((folder, key, [row for row in rows if row.get("key") == key])
-                      for folder, rows in held for key in (job.key, main_grid_key(job)))
+        candidates = ((folder, key, [row for row in folder_rows if row.get("key") == key])
+                      for folder, folder_rows in held for key in (job.key, main_grid_key(job)))
         twin = next((Twin(folder, key, tuple(rows)) for folder, key, rows in candidates
                      if set(job.protocols) <= {row["protocol"] for row in rows}), None)
         if twin is not None:
@@ -115,8 +116,9 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     ``preloaded`` maps dataset names to ready :class:`~datasets.sequences.SequenceData` (in-memory data);
     other names are loaded through :func:`datasets.load_dataset`. ``plan`` is what :func:`plan_grid` returned for
     these jobs and options, when the caller has planned them already (to show the plan first). ``twins``: the study
-    jobs that take a main-grid job's rows instead of training (:func:`reusable_twins`). ``estimates``: the plan's
-    training time of each job (:func:`benchmarks.commands.cli.training_left`), for the time left it states. With
+    jobs that take another folder's rows of the same computation instead of training (:func:`reusable_twins`).
+    ``estimates``: the plan's training time of each job (:func:`benchmarks.commands.cli.training_left`), for the
+    time left it states. With
     ``options.resume`` jobs whose key already has every result row are skipped and interrupted training continues
     from its checkpoint; without it a job runs afresh, and its new rows replace the old rows of the same key once
     it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run

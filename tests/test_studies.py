@@ -533,10 +533,10 @@ def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_agai
     assert reusable_twins(plan_grid(other, options("other"), preloaded=data)[0], (main_folder,)) == {}
     assert main(["ablation", "--datasets", "synthetic", "--reuse", str(tmp_path / "nowhere"), "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --reuse {tmp_path / 'nowhere'}: no results.jsonl there "
-                                               f"(expected a results folder of run_all.py)")
+                                               f"(expected a results folder of run_all.py or of a study)")
 
 
-def test_a_study_reuses_its_own_job_run_in_another_folder(tmp_path):
+def test_a_study_reuses_its_own_job_run_in_another_folder(tmp_path, capsys):
     """A variant trained elsewhere (another machine, a lent GPU) with the same study, settings and seed is the same
     job: --reuse takes its rows under its own key, and the study trains only what no folder holds."""
     from recbench.benchmarks.grid import reusable_twins
@@ -560,4 +560,9 @@ def test_a_study_reuses_its_own_job_run_in_another_folder(tmp_path):
     written = [json.loads(line) for line in (tmp_path / "study" / "results.jsonl").read_text().splitlines()]
     reused = [row for row in written if row["variant"] == "w/o PE"]
     assert [row["metrics"] for row in reused] == [row["metrics"] for row in elsewhere]
-    assert all(row["reused_from"]["folder"] == str((tmp_path / "elsewhere").resolve()) for row in reused)
+    assert all(row["reused_from"] == {"folder": str((tmp_path / "elsewhere").resolve()), "key": planned[1].key,
+                                      "run_id": "chain/bert4rec/w/o PE/seed0"} for row in reused)
+    study = str(tmp_path / "study")  # its own output would reuse every finished job as itself
+    assert main(["ablation", "--datasets", "synthetic", "--output", study, "--reuse", study, "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --reuse {study}: this is the study's own --output, whose "
+                                               f"finished jobs --resume skips; name another folder")

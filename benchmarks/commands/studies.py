@@ -362,10 +362,12 @@ def main(argv=None) -> int:
         print(f"{args.study}: {len(jobs)} job(s), profile {args.profile}, split {args.split} -> {output}/")
         options = run_options(args, protocols=args.protocols, profile=args.profile, output=output)
         reuse = [Path(folder) for folder in args.reuse]
-        missing = [folder for folder in reuse if not (folder / "results.jsonl").is_file()]
-        if missing:
-            raise GridError("\n".join(f"--reuse {folder}: no results.jsonl there (expected a results folder of "
-                                       f"run_all.py)" for folder in missing))
+        problems = [f"--reuse {folder}: no results.jsonl there (expected a results folder of run_all.py or of a "
+                    f"study)" for folder in reuse if not (folder / "results.jsonl").is_file()]
+        problems += [f"--reuse {folder}: this is the study's own --output, whose finished jobs --resume skips; name "
+                     f"another folder" for folder in reuse if folder.resolve() == output.resolve()]
+        if problems:
+            raise GridError("\n".join(problems))
         planned, datasets = plan_grid(jobs, options)
         twins = reusable_twins(planned, reuse)
         trained = [job for job in planned if job.key not in twins]
