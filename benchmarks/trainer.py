@@ -137,7 +137,7 @@ class TrainRun:
     progress: bool = True  # a bar where it redraws in place (a terminal, a notebook), else a line an epoch
     bars: bool = True  # False: a line an epoch even on a terminal (parallel workers' bars would overwrite each other)
     label: str | None = None  # what each epoch line starts with (default: the model's name; parallel jobs: run ids)
-    compile: bool = False  # torch.compile the model's loss (a first step per new batch shape compiles)
+    compile: bool = False  # torch.compile the model's loss (its first steps compile; slower on the CPU)
     # Called after every validation; returning a reason (e.g. "pruned") ends the run with it as its stop reason.
     on_validation: Callable[[Validation], str | None] | None = None
 
