@@ -118,12 +118,11 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     these jobs and options, when the caller has planned them already (to show the plan first). ``twins``: the study
     jobs that take another folder's rows of the same computation instead of training (:func:`reusable_twins`).
     ``estimates``: the plan's training time of each job (:func:`benchmarks.commands.cli.training_left`), for the
-    time left it states. With
-    ``options.resume`` jobs whose key already has every result row are skipped and interrupted training continues
-    from its checkpoint; without it a job runs afresh, and its new rows replace the old rows of the same key once
-    it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training when the grid cannot run
-    (without ``resume`` also where a job's checkpoint holds an interrupted run's training), and
-    :class:`~benchmarks.jobs.GridInterrupted` on Ctrl-C.
+    time left it states. With ``options.resume`` jobs whose key already has every result row are skipped and
+    interrupted training continues from its checkpoint; without it a job runs afresh, and its new rows replace the
+    old rows of the same key once it has finished. Raises :class:`~benchmarks.jobs.GridError` before any training
+    when the grid cannot run (without ``resume`` also where a job's checkpoint holds an interrupted run's training),
+    and :class:`~benchmarks.jobs.GridInterrupted` on Ctrl-C.
     """
     planned, datasets = plan or plan_grid(jobs, options, preloaded=preloaded, log=log)
     store = ResultStore(Path(options.output).resolve())
