@@ -5,10 +5,10 @@ attention models: what training and scoring run.
   LayerNorm, dropout) run on the real positions packed into (N, d) rows (:class:`Layout`); only the attention
   scores use the padded (B, T) layout, where padding is a masked key. At inference the last layer computes only
   each sequence's last position, all that scoring needs.
-- Recomputed attention: CPU training recomputes eq. 2 slice by slice in the backward pass from q, k, v and a
-  one-byte dropout mask drawn once, instead of keeping every layer's (B, h, T, T) weights; a slice holds
-  sequences of similar length and computes only their own columns; CPU dropout masks take four entries from each
-  random draw (:func:`dropout_keep_mask`).
+- Recomputed attention: CPU training (not under ``--compile``) recomputes eq. 2 slice by slice in the backward
+  pass from q, k, v and a one-byte dropout mask drawn once, instead of keeping every layer's (B, h, T, T) weights;
+  a slice holds sequences of similar length and computes only their own columns; CPU dropout masks take four
+  entries from each random draw (:func:`dropout_keep_mask`).
 - :func:`gelu` on packed rows without oneDNN's per-shape kernel cache.
 - :func:`softmax_cross_entropy`: the full-softmax loss, its softmax kept for backward when small enough, else in
   chunks without the whole (rows × items) logit matrix.
