@@ -19,7 +19,8 @@ def test_every_probe_changes_what_it_says_and_nothing_else():
                 "copies-10": {"dupe_factor": (1, 10), "patience": (20, 2)},
                 "wo-rc": {"use_residual": (True, False), "dropout": (0.2, 0.1), "attention_dropout": (0.2, 0.1)},
                 "wo-rc-lr1e-4": {"use_residual": (True, False), "dropout": (0.2, 0.1), "attention_dropout": (0.2, 0.1),
-                                 "lr": (0.001, 0.0001)}}
+                                 "lr": (0.001, 0.0001)},
+                "batch-64": {"batch_size": (128, 64), "dropout": (0.2, 0.1), "attention_dropout": (0.2, 0.1)}}
     found = {probe.name: {name: (change["profile"], change["probe"])
                           for name, change in bert4rec_probes.changed(probe, "ml-1m").items()}
              for probe in bert4rec_probes.PROBES}

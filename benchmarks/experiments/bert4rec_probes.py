@@ -22,7 +22,13 @@ training, whichever comes first; a row records which. The probes (:data:`PROBES`
   (``results/reference/representation-collapse-ablation-ml-1m-dropout.json``) where the paper loses 2.4%; the
   second kept its users apart (``representation-collapse-probe-ml-1m-wo-rc-lr1e-4.json``) and climbed off the
   plateau, slowly (validation .0453 at epoch 51, stopped by hand), as the default does at 1e-4 (models/fidelity.md):
-  how far the authors' rate trains it needs more epochs than a CPU gives it.
+  how far the authors' rate trains it needs more epochs than a CPU gives it;
+- ``batch-64``: batches of 64, Petrov & Macdonald's (RecSys 2022: pop100 NDCG@10 .4751, full .1516 on ML-1m), at the
+  dropout 0.1 that validation chose for the profile's best row (.4618, two seeds): whether the batch closes the rest of
+  the gap to Table 5's .4759. An epoch is twice the steps of batch 128, and the patience stays 20 epochs.
+
+All probes start at once. On one H200 a single ML-1m run trained 87.5 steps a second alone and four at once 38.6 each
+(``results/reference/gpu-h200-ablation/``), so a call whose runs are to reach early stopping takes one probe and seed.
 
 The runs themselves (results folders, checkpoints, caches, logs) go to ``--work-dir``, a fresh temporary folder
 unless named; ``DIR`` receives two files and nothing else, since a lent device returns at most 8 (its first call
@@ -90,6 +96,8 @@ PROBES = (
     Probe("wo-rc-lr1e-4", "w/o RC at dropout 0.1 and the authors' learning rate 1e-4",
           ("bert4rec:use_residual=false", "bert4rec:dropout=0.1", "bert4rec:attention_dropout=0.1",
            "bert4rec:lr=0.0001")),
+    Probe("batch-64", "batches of 64 (Petrov & Macdonald) at dropout 0.1",
+          ("bert4rec:batch_size=64", "bert4rec:dropout=0.1", "bert4rec:attention_dropout=0.1")),
 )
 
 
