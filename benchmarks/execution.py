@@ -85,6 +85,11 @@ def shared_cores_warning(threads: int, n_jobs: int, cores: int, busy: float) -> 
             f"when the other work ends")
 
 
+# results/reference/compile-speed-cpu.json: the compiled step with the plain attention kernel, eager's recomputed.
+COMPILE_ON_CPU = ("note: --compile on the CPU trained ML-1m's BERT4Rec at 0.44x and SASRec-CE at 0.76x the eager "
+                  "speed (README, --compile); leave it out on a CPU")
+
+
 class Executor:
     """Runs payloads where the options say (module docstring) and yields their outcomes as they finish."""
 
@@ -114,6 +119,8 @@ class Executor:
                                                                 n_jobs, cpu_threads(), busy)
             if warning:
                 log(warning)
+            if options.compile:
+                log(COMPILE_ON_CPU)
         self.worker_progress = options.progress and not local_parallel and not dask_scheduler
         # Workers side by side share the driver's stderr: a line an epoch each, named by its run id, and no bars.
         self.worker_epoch_lines = options.progress and local_parallel

@@ -423,6 +423,15 @@ def test_a_run_beside_busy_cores_says_so_before_it_trains(tmp_path, capsys, monk
     assert "warning: this run starts 1 job(s) × 1 torch thread(s) on 2 core(s), 2.0 of them busy" in text
 
 
+def test_compile_on_the_cpu_says_once_that_it_trains_slower(tmp_path, capsys, monkeypatch):
+    from recbench.benchmarks import execution, trainer
+    monkeypatch.setattr(trainer.torch, "compile", lambda function, **options: function)  # the note, not inductor
+    code, out, err = run(["--models", "pop", "bprmf", *TINY, "--compile"], tmp_path, capsys)
+    assert code == 0 and (out + err).count(execution.COMPILE_ON_CPU) == 1
+    code, out, err = run(["--models", "bprmf", *TINY], tmp_path / "eager", capsys)
+    assert code == 0 and execution.COMPILE_ON_CPU not in out + err
+
+
 def test_busy_cores_reads_the_processors_idle_time():
     from recbench.benchmarks.execution import busy_cores
     busy = busy_cores(0.05)
