@@ -8,10 +8,10 @@ chosen users from the same initial weights once eagerly and once compiled, the o
 that both see the same load (recorded before and after). Each measurement trains a fresh model over the timed users
 twice, one epoch each: the first pass pays for compiling (dynamo's in-memory cache is emptied before it; inductor's
 cache on disk, a fresh folder for the run, stays, so the first round compiles cold, as a user's first job does, and
-later ones warm, as the jobs after it), the second is the steady state in which a
-long run spends its epochs. The figures per round: training sequences per second in each mode's second pass, the
-ratio compiled / eager (above 1: compiling is faster), and the seconds of compiling, the price paid once per job: how
-much longer the compiled first pass took than its second, less the same excess of the eager passes (warm-up).
+later ones warm, as the jobs after it), the second is the steady state in which a long run spends its epochs. The
+figures per round: training sequences per second in each mode's second pass, the ratio compiled / eager (above 1:
+compiling is faster), and the seconds of compiling, the price paid once per job: how much longer the compiled first
+pass took than its second, less the same excess of the eager passes (warm-up).
 
 This measures ``--compile`` as it trains: with attention dropout on the CPU the compiled step takes PyTorch's plain
 attention kernel, where the eager step recomputes attention slice by slice (``models.transformer_fast``), so the ratio
