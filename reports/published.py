@@ -57,6 +57,20 @@ def _value(published: list[Published], table: str, dataset: str, model: str, var
                  == (table, dataset, model, variant, metric)), None)
 
 
+def default_row(published: list[Published], dataset: str, model: str, metric: str) -> tuple[float | None, str]:
+    """BERT4Rec's default configuration on ``dataset`` (d = 64, the dataset's N and ρ) as published, with where it
+    comes from: Table 5's default row, which gives NDCG@10 only, else Table 4's column at the dataset's N, the same
+    configuration (its NDCG@10 equals Table 5's default row's on both datasets Table 4 covers), which gives HR@10
+    too. (None, "") where neither has ``metric``."""
+    value = _value(published, "Table 5", dataset, model, "default", metric)
+    if value is not None:
+        return value, "Table 5 (default)"
+    defaults = PAPER_DEFAULTS.get(dataset)
+    column = f"N={defaults['max_len']}" if defaults else None
+    value = _value(published, "Table 4", dataset, model, column, metric) if column else None
+    return (value, f"Table 4 ({column})") if value is not None else (None, "")
+
+
 def sweep_points(published: list[Published], param: str, dataset: str, model: str,
                  metric: str) -> list[tuple[float, float, str]]:
     """The paper's values on a sensitivity sweep's axis, as (x, value, source): Table 4's N for BERT4Rec; the
@@ -65,10 +79,7 @@ def sweep_points(published: list[Published], param: str, dataset: str, model: st
     paper: their other points are not known."""
     points = []
     defaults = PAPER_DEFAULTS.get(dataset)
-    default = None
-    if model == "bert4rec" and defaults is not None:
-        default = (_value(published, "Table 5", dataset, model, "default", metric)
-                   or _value(published, "Table 4", dataset, model, f"N={defaults['max_len']}", metric))
+    default = default_row(published, dataset, model, metric)[0] if model == "bert4rec" and defaults else None
     if param == "max_len" and model == "bert4rec":
         points += [(float(e.variant[2:]), e.value, "Table 4") for e in published
                    if (e.table, e.dataset, e.model, e.metric) == ("Table 4", dataset, model, metric)]

@@ -66,6 +66,26 @@ def test_the_reproduced_table_names_the_paper_row_only_where_the_paper_has_the_m
     assert paper_value(row, load_published()[0], "NDCG@10") == expected
 
 
+@pytest.mark.parametrize("dataset, metric, expected", [
+    ("ml-1m", "NDCG@10", (0.4759, "Table 5 (default)")),
+    ("ml-1m", "HR@10", (0.6955, "Table 4 (N=200)")),   # Table 5 gives NDCG@10 only
+    ("beauty", "HR@10", (0.3047, "Table 4 (N=50)")),
+    ("steam", "HR@10", (None, "")),                    # Table 4 has no Steam column: no published HR@10
+])
+def test_bert4rec_at_d_64_takes_the_hr_that_table_5_lacks_from_table_4_at_the_datasets_n(dataset, metric, expected):
+    published = load_published()[0]
+    row = Row(line=1, study="main", variant=None, sweep_param=None, sweep_value=None, dataset=dataset,
+              model="bert4rec", task="next-item", protocol="pop100", seed=0, metrics={},
+              raw={"hyperparameters": {"hidden": 64}})
+    assert paper_value(row, published, metric) == expected
+    # the premise: Table 4's column at the dataset's N is Table 5's default configuration, the same NDCG@10
+    if expected[1].startswith("Table 4"):
+        column = expected[1][len("Table 4 ("):-1]
+        ndcg = {(e.table, e.variant): e.value for e in published
+                if (e.dataset, e.model, e.metric) == (dataset, "bert4rec", "NDCG@10")}
+        assert ndcg[("Table 4", column)] == ndcg[("Table 5", "default")]
+
+
 def test_a_folder_of_runs_off_the_profile_or_no_folder_at_all_is_refused_in_one_line(tmp_path):
     import run_all
     from benchmarks.experiments import converge_reference

@@ -11,8 +11,9 @@ curve: :func:`shorter_patience`) and the rows themselves, validation curves incl
 reference files of the datasets not given, it writes ``results/reference/converge/reproduced.{md,tex}`` and puts its
 table in README.md under "Reproduced here" (where it writes to ``results/reference``): our pop100 NDCG@10 and HR@10
 beside the published row each is held against (the report's own rule, :func:`reports.tables.published_anchor`: Table
-5's default row for BERT4Rec at d = 64, Table 2 otherwise) and their ratio, our full-ranking NDCG@10, and whether
-early stopping ended every seed (a run that a budget or a cap ended has not converged, and the table says so).
+5's default row for BERT4Rec at d = 64, its HR@10 from Table 4's column of the same configuration; Table 2 otherwise)
+and their ratio, our full-ranking NDCG@10, and whether early stopping ended every seed (a run that a budget or a cap
+ended has not converged, and the table says so).
 ``converge/curves_<dataset>.png`` draws validation NDCG@10 against epochs and training seconds for SASRec, SASRec-CE
 and BERT4Rec (the report's curve figure), with the rows chosen on validation (below) beside them. A folder of bf16
 rows, or of rows trained with settings other than the profile's (a diagnosis run's ``--set``), is refused in one
@@ -61,7 +62,7 @@ from recbench.benchmarks.trainer import improves, patience_spent
 from recbench.models import is_registered
 from recbench.reports import names
 from recbench.reports.figures import curve_figures
-from recbench.reports.published import load_published
+from recbench.reports.published import default_row, load_published
 from recbench.reports.render import Cell, Table, fmt, write_table
 from recbench.reports.results import ResultsError, ResultSet, load_results, row_settings, settings_differing
 from recbench.reports.stats import summarize
@@ -210,11 +211,15 @@ def validation_choice(variant: list, profile: list) -> dict:
 
 def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:
     """The published value ``row`` is held against and the paper's table and row that hold it; "not in the paper"
-    for a model the paper has no row of on any dataset (LSTM, SASRec-CE), so that it is not labelled Table 2."""
+    for a model the paper has no row of on any dataset (LSTM, SASRec-CE), so that it is not labelled Table 2. A row
+    held against Table 5's default row takes the metrics that row lacks (HR@10) from Table 4's column of the same
+    configuration (:func:`reports.published.default_row`)."""
     anchor = published_anchor(row)
     if anchor is None:
         return None, ""
     table, model, variant = anchor
+    if (table, variant) == ("Table 5", "default"):
+        return default_row(published, row.dataset, model, metric)
     entries = [entry for entry in published if (entry.table, entry.model, entry.variant) == anchor]
     if not entries:
         return None, "not in the paper"
@@ -228,17 +233,18 @@ def table_row(rows: list, published: list, model_label: str) -> list[Cell]:
     pop100 = [row for row in rows if row.protocol == "pop100"]
     full = [row for row in rows if row.protocol == "full"]
     cells = [label(names.dataset_name(pop100[0].dataset)), label(model_label), Cell(str(len(pop100)), len(pop100))]
-    source = ""
+    sources = []
     for metric in METRICS:
         ours = summarize(pop100, metric)
         paper, where = paper_value(pop100[0], published, metric)
-        source = source or where
+        if where and where not in sources:
+            sources.append(where if not sources else f"{metric}: {where}")
         ratio = ours.mean / paper if ours is not None and paper else None
         cells += [value_cell(ours), Cell(fmt(paper), paper), Cell(f"{ratio:.2f}" if ratio is not None else "–", ratio)]
     summary = model_summary(rows)
     epochs = [summary["best_epoch"][seed] for seed in summary["seeds"]]
     hours = list(summary["train_hours"].values())
-    return cells + [value_cell(summarize(full, "NDCG@10")), label(source),
+    return cells + [value_cell(summarize(full, "NDCG@10")), label("; ".join(sources)),
                     Cell("/".join(str(e) for e in epochs), float(np.mean(epochs)) if epochs else None),
                     Cell(f"{np.mean(hours):.1f}" if hours else "–", float(np.mean(hours)) if hours else None),
                     label({None: "no training", True: "yes"}.get(summary["converged"], "no: " + ", ".join(
@@ -261,8 +267,9 @@ def reproduced_table(results: list[ResultSet], published: list, chosen: dict[str
                     table_rows.append(table_row(rows, published, label_of(rows)))
     notes = ["Ours: test metrics, mean ± std over the seeds (n), converge profile (models/fidelity.md), the "
              "precision each file records; paper: Sun et al. (2019), the row each of ours is held against "
-             "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only; the others: Table 2); "
-             "–: no published value (LSTM and SASRec-CE are not in the paper; Table 5 gives NDCG@10 only). "
+             "(BERT4Rec at d = 64: Table 5's default row, which gives NDCG@10 only, and for HR@10 Table 4's column at "
+             "the dataset's N, the same configuration: its NDCG@10 is Table 5's; the others: Table 2); "
+             "–: no published value (LSTM and SASRec-CE are not in the paper). "
              "pop100: 100 negatives sampled by popularity, the paper's protocol; full: every item ranked. "
              "Best epoch per seed; training hours on 2 CPU cores, one thread per job. Converged: early stopping "
              "on validation NDCG@10 ended every seed."]
