@@ -65,10 +65,15 @@ def default_row(published: list[Published], dataset: str, model: str, metric: st
     value = _value(published, "Table 5", dataset, model, "default", metric)
     if value is not None:
         return value, "Table 5 (default)"
-    defaults = PAPER_DEFAULTS.get(dataset)
-    column = f"N={defaults['max_len']}" if defaults else None
+    column = default_column(dataset)
     value = _value(published, "Table 4", dataset, model, column, metric) if column else None
     return (value, f"Table 4 ({column})") if value is not None else (None, "")
+
+
+def default_column(dataset: str) -> str | None:
+    """Table 4's column of the dataset's default N ("N=200"), where Table 5's default row was measured."""
+    defaults = PAPER_DEFAULTS.get(dataset)
+    return f"N={defaults['max_len']}" if defaults else None
 
 
 def sweep_points(published: list[Published], param: str, dataset: str, model: str,
