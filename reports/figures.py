@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,29 +264,51 @@ def ablation_curve_figures(results: ResultSet, folder: Path) -> Outcome:
     return Outcome(figures, [])
 
 
+DEVICE_LINESTYLES = ("-", "--", ":", "-.")
+
+
 def _curves_figure(folder: Path, name: str, lines: list[tuple[Row, str]], style: dict[str, tuple],
                    labels: dict[str, str], legend_title: str, title: str, caption_tail: str) -> Figure:
     """Two panels, validation metric against epoch and against training seconds: one line per (row, group)
-    of ``lines``, drawn in its group's (colour, marker) of ``style``, the legend naming ``labels``' groups."""
+    of ``lines``, drawn in its group's (colour, marker) of ``style``, the legend naming ``labels``' groups.
+
+    Seconds on one device are not seconds on another (an ablation's GPU rows trained in minutes what its CPU rows
+    trained in hours), so where the rows come from more than one device each device gets a line style of its own,
+    named in a second legend, and the time axis is logarithmic, so that the fast device's lines are not squeezed
+    against zero."""
     metrics = sorted({str(row.get("valid_metric", _valid_key(row)[len("valid_"):])) for row, _ in lines})
+    counts = Counter(str(row.get("device") or "device not recorded") for row, _ in lines)
+    devices = sorted(counts, key=lambda device: (-counts[device], device))
+    several = len(devices) > 1
+    dash = {device: DEVICE_LINESTYLES[i % len(DEVICE_LINESTYLES)] for i, device in enumerate(devices)}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
     for row, line_group in lines:
         key = _valid_key(row)
         points = [r for r in row.get("curve") if key in r]
         colour, marker = style[line_group]
+        linestyle = dash[str(row.get("device") or "device not recorded")]
         for ax, x_key in zip(axes, ("epoch", "seconds")):
             ax.plot([p[x_key] for p in points], [p[key] for p in points], color=colour, marker=marker,
-                    markersize=4, alpha=0.85)
+                    markersize=4, alpha=0.85, linestyle=linestyle)
     axes[0].set_xlabel("epoch")
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[1].set_xlabel("training time (s)")
+    axes[1].set_xlabel("training time (s, log scale)" if several else "training time (s)")
+    if several:
+        axes[1].set_xscale("log")
+        axes[1].xaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))  # 100, 1000 s, not 10^k
     axes[0].set_ylabel(f"validation {' / '.join(metrics)}")
     axes[0].set_title("against epochs")
     axes[1].set_title("against wall-clock time")
     handles = [Line2D([], [], color=style[g][0], marker=style[g][1]) for g in labels]
     _legend_right(fig, handles, list(labels.values()), title=legend_title)
+    if several:  # below the panels, one column per device: device names are long
+        fig.legend([Line2D([], [], color="grey", linestyle=dash[d]) for d in devices], devices,
+                   title="device (line style; each row's time is on its own device)", loc="outside lower center",
+                   ncols=min(len(devices), 3), frameon=False)
     fig.suptitle(title)
-    return _save(fig, folder, name, f"Validation {' / '.join(metrics)} {caption_tail}")
+    devices_note = (f" Rows from {len(devices)} devices, each drawn in its own line style; the time axis is "
+                    f"logarithmic." if several else "")
+    return _save(fig, folder, name, f"Validation {' / '.join(metrics)} {caption_tail}{devices_note}")
 
 
 # ------------------------------------------------------------------------------------ quality against time

@@ -696,6 +696,32 @@ def test_the_ablation_curves_draw_each_variant_and_seed_to_where_it_stopped(tmp_
     assert figures.ablation_curve_figures(load_results(write_results(tmp_path, main_only)), tmp_path).notes == []
 
 
+def test_curves_from_two_devices_say_which_is_which_and_take_a_log_time_axis(tmp_path, drawn):
+    """A variant trained on a GPU (minutes) beside CPU rows (hours): seconds on one device are not seconds on the
+    other, so each device gets its own line style, named in a legend, and the time axis turns logarithmic; rows
+    from one device keep the plain axis and one legend."""
+    from recbench.reports import figures
+
+    rows = []
+    for variant, device in (("default", "cpu (2 threads)"), ("h=4", "cuda (NVIDIA H200)")):
+        for protocol in ("pop100", "full"):
+            rows.append(ranking_row(tmp_path, "ml-1m", "bert4rec", 0, protocol=protocol, study="ablation",
+                                    variant=variant, with_per_user=False, device=device))
+    figures.ablation_curve_figures(load_results(write_results(tmp_path, rows)), tmp_path)
+    fig = drawn["ablation_curves_ml-1m_bert4rec"]
+    by_epoch, by_time = fig.axes
+    assert by_time.get_xscale() == "log"
+    assert [line.get_linestyle() for line in by_time.get_lines()] == ["-", "--"]  # default, then h=4
+    assert [[text.get_text() for text in legend.get_texts()] for legend in fig.legends] == [
+        ["default", "h=4"], ["cpu (2 threads)", "cuda (NVIDIA H200)"]]
+
+    drawn.clear()
+    same = [{**row, "device": "cpu (2 threads)"} for row in rows]
+    figures.ablation_curve_figures(load_results(write_results(tmp_path, same)), tmp_path)
+    fig = drawn["ablation_curves_ml-1m_bert4rec"]
+    assert fig.axes[1].get_xscale() == "linear" and len(fig.legends) == 1
+
+
 def test_error_bars_and_bands_only_with_two_or_more_seeds(tmp_path, drawn):
     from matplotlib.collections import PolyCollection
     from matplotlib.container import ErrorbarContainer
