@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.experiments import bert4rec_probes
 from recbench.benchmarks.config import ConfigError
+from recbench.reports import names
 
 
 def test_every_probe_changes_what_it_says_and_nothing_else():
@@ -58,6 +59,7 @@ def test_a_rehearsal_on_synthetic_data_writes_the_summary_and_the_archive_and_no
     assert sorted(path.name for path in out.rglob("*")) == ["probes.json", "probes.tar.gz"]
     assert "cloze-only: seed 0, " in capsys.readouterr().out
     report = json.loads((out / "probes.json").read_text())
+    assert report["what"].startswith(f"BERT4Rec on {names.dataset_name('synthetic')} under")  # not the ML-1m default
     (probe,) = report["probes"]
     assert probe["changed"] == {"mask_last": {"profile": True, "probe": False}} and probe["exit"] == 0
     (seed,) = probe["seeds"]

@@ -289,7 +289,8 @@ def test_settings_validation_chooses_are_a_row_of_their_own_labelled_and_checked
     table = converge_reference.table_lines((output / "converge" / "reproduced.md").read_text())
     models = [line.split("|")[2].strip() for line in table[2:]]
     assert models[-2:] == ["BERT4Rec", "BERT4Rec, dropout 0.1, attention dropout 0.1"]
-    assert "Table 5 (default)" in table[-1]  # held against the same published row as the profile's BERT4Rec
+    # held against the same published rows as the profile's BERT4Rec: Table 5's, and Table 4's for HR@10
+    assert table[-1].split("|")[11].strip() == "Table 5 (default); HR@10: Table 4 (N=200)"
     # its curves are drawn beside the profile's Transformers, under its own name, also when it alone is given
     curves = converge_reference.transformer_curves(load_results(profile_folder), load_results(variant), "ml-1m")
     assert {row.model for row in curves.rows} == {"sasrec", "sasrec-ce", "bert4rec",

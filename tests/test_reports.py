@@ -71,9 +71,9 @@ def rows_of(folder: Path) -> list[dict]:
 
 
 def expected(folder: Path, dataset: str, model: str, metric: str, protocol: str = "pop100",
-             study: str = "main") -> tuple[float, float]:
+             study: str = "main", variant: str | None = None) -> tuple[float, float]:
     values = [r["metrics"][metric] for r in rows_of(folder) if r["dataset"] == dataset and r["model"] == model
-              and r["protocol"] == protocol and r["study"] == study]
+              and r["protocol"] == protocol and r["study"] == study and (variant is None or r["variant"] == variant)]
     return float(np.mean(values)), float(np.std(values, ddof=1))
 
 
@@ -237,6 +237,14 @@ def test_published_comparison_holds_each_row_against_the_published_row_at_its_se
                                            abs=1e-4)
     assert [key[4] for key in found if key[:4] == ("Table 4 (d = 64)", "BERT4Rec N=200", "ML-1m",
                                                     "BERT4Rec, main grid, d = 64")] == ["HR@10"]
+    # the ablation's default row is the same configuration and gets the same; its other variants do not
+    ablation_hr = found[("Table 4 (d = 64)", "BERT4Rec N=200", "ML-1m", "BERT4Rec, ablation, default, d = 64",
+                         "HR@10")]
+    assert float(ablation_hr["Δ"]) == pytest.approx(
+        expected(fixture_report, "ml-1m", "bert4rec", "HR@10", study="ablation", variant="default")[0] - 0.6955,
+        abs=1e-4)
+    assert not any(key[0].startswith("Table 4") and "ablation" in key[3] and "default" not in key[3]
+                   for key in found)
     # A baseline has no other published row than Table 2's; an ablation row its Table 5 row.
     sasrec = found[("Table 2 (best settings)", "SASRec", "Beauty", "SASRec, main grid, d = 64", "MRR")]
     assert sasrec["Paper"] == "0.1536"

@@ -62,6 +62,7 @@ from pathlib import Path
 from recbench.benchmarks.config import ConfigError, resolve
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.store import now, write_atomic
+from recbench.reports import names
 from recbench.reports.results import ResultsError, load_results
 from recbench.reports.stats import measure
 
@@ -200,7 +201,8 @@ def main(argv=None) -> int:
         log.close()
         print(f"{name}: exit {exits[name]}")
     loadavg = Path("/proc/loadavg")
-    report = {"what": " ".join(__doc__.split("\n\n")[0].split()), "dataset": args.dataset, "profile": "converge",
+    what = " ".join(__doc__.split("\n\n")[0].split()).replace("on ML-1m", f"on {names.dataset_name(args.dataset)}", 1)
+    report = {"what": what, "dataset": args.dataset, "profile": "converge",
               "time": now(), "commit": git_commit(), "device": args.device, "budget_s": args.budget_s,
               "loadavg_after": loadavg.read_text().split()[:3] if loadavg.exists() else None,
               "probes": [{"name": probe.name, "what": probe.what, "changed": settings[probe.name],
