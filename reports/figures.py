@@ -169,8 +169,7 @@ def sensitivity_figures(results: ResultSet, folder: Path) -> Outcome:
                      f"{_smoke_title(results, found)}")
         band = f"band: ± std over {_span(seeds)} seeds" if seeds else "one seed, no band"
         paper = (f"; open markers: the paper's values ({', '.join(sorted(sources))}; the default row is Table 5's "
-                 f"at d = 64 with the dataset's N and ρ, or Table 4's column at that N for what Table 5 lacks)"
-                 if sources else "")
+                 f"at d = 64 with the dataset's N and ρ, or Table 4's column at that N)" if sources else "")
         figures.append(_save(fig, folder, f"sensitivity_{_slug(param)}_{protocol}",
                              f"{', '.join(SENSITIVITY_METRICS)} against {names.sweep_label(param)} per dataset "
                              f"(protocol {protocol}; {band}{paper})."))

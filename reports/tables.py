@@ -269,16 +269,11 @@ def _our_row_label(row: Row) -> str:
     return ", ".join(parts)
 
 
-def published_table(results: ResultSet, published: list[Published], source: str) -> Table | None:
-    """Our pop100 values beside the published row each is held against (:func:`published_anchor`), with absolute
-    and relative differences; a row held against Table 5's default row also against Table 4's column of the same
-    configuration, for the metrics Table 5 lacks (HR@10). None when no result of ours (smoke-profile results left
-    out) has one."""
-    by_row = defaultdict(list)
-    for entry in published:
-        by_row[(entry.table, entry.dataset, entry.model, entry.variant)].append(entry)
-    matched = defaultdict(list)  # (table, dataset, published model, variant, our label) -> our rows (seeds)
-    only = {}  # such a key -> the only metrics it compares, where another table gives the rest
+def _published_matches(results: ResultSet, by_row: dict) -> tuple[dict, dict]:
+    """Our pop100 rows by the published row each is held against, keyed (table, dataset, published model, variant,
+    our label), and for a key that compares only some of its published row's metrics, those metrics: a row held
+    against Table 5's default row also against Table 4's column of the same configuration, for what Table 5 lacks."""
+    matched, only = defaultdict(list), {}
     for row in results.select(task=RANKING, protocol=PUBLISHED_PROTOCOL):
         anchor = None if results.is_smoke(row) else published_anchor(row)
         if anchor is not None and (anchor[0], row.dataset, *anchor[1:]) in by_row:
@@ -292,6 +287,18 @@ def published_table(results: ResultSet, published: list[Published], source: str)
             if lacking:
                 matched[(*key, _our_row_label(row))].append(row)
                 only[(*key, _our_row_label(row))] = lacking
+    return matched, only
+
+
+def published_table(results: ResultSet, published: list[Published], source: str) -> Table | None:
+    """Our pop100 values beside the published row each is held against (:func:`published_anchor`), with absolute
+    and relative differences; a row held against Table 5's default row also against Table 4's column of the same
+    configuration, for the metrics Table 5 lacks (HR@10). None when no result of ours (smoke-profile results left
+    out) has one."""
+    by_row = defaultdict(list)
+    for entry in published:
+        by_row[(entry.table, entry.dataset, entry.model, entry.variant)].append(entry)
+    matched, only = _published_matches(results, by_row)
     datasets = names.order_datasets({key[1] for key in matched})
     models = names.order_models({key[2] for key in matched})
     variants = names.order_variants({key[3] for key in matched if key[3] and not key[3].startswith("N=")})
