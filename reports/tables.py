@@ -85,6 +85,23 @@ def smoke_label(results: ResultSet, rows: list[Row]) -> tuple[str, list[str]]:
     return f" (partly {SMOKE_LABEL})", [f"{label} From the smoke profile: {runs}; {advice}"]
 
 
+def device_note(rows: list[Row], name_of) -> list[str]:
+    """Where a table's rows were trained on more than one kind of device (a GPU beside CPUs), which ones came from
+    the less common kinds, named by ``name_of(row)``: training on a GPU is not bit-for-bit repeatable, and a reader
+    should know which figures it gave. Nothing when one kind trained them all."""
+    by_kind = defaultdict(lambda: defaultdict(list))  # "cuda" -> its full device texts -> their rows
+    for row in rows:
+        device = str(row.get("device") or "device not recorded")
+        by_kind[device.split(" (")[0]][device].append(row)
+    if len(by_kind) < 2:
+        return []
+    # "the rest": the kind that trained most rows, the CPU on a tie (this suite's usual device)
+    usual = max(by_kind, key=lambda kind: (sum(map(len, by_kind[kind].values())), kind == "cpu", kind))
+    others = [f"{', '.join(dict.fromkeys(map(name_of, found)))} on {device}"
+              for kind in sorted(set(by_kind) - {usual}) for device, found in by_kind[kind].items()]
+    return [f"Trained on more than one kind of device: {'; '.join(others)}; the rest on {usual}."]
+
+
 def _protocol_note(protocol: str, rows: list[Row]) -> str:
     policies = ", ".join(sorted({row.get("tie_policy", "unknown") for row in rows}))
     described = names.PROTOCOL_NAMES.get(protocol, protocol)
@@ -206,7 +223,8 @@ def main_table(results: ResultSet, protocol: str, per_user: PerUser, alpha: floa
     smoke_title, smoke_notes = smoke_label(results, rows)
     notes = [*smoke_notes, _protocol_note(protocol, rows),
              "Bold: best; underlined: second best (per row, across models)."]
-    notes += _seed_notes(summaries)
+    notes += _seed_notes(summaries) + device_note(rows, lambda row: f"{names.model_name(row.model)} on "
+                                                                    f"{names.dataset_name(row.dataset)}")
     if with_improvement:
         notes.append("Improv.: relative improvement of BERT4Rec over the best baseline "
                      "(BERT4Rec variants are not baselines)"
@@ -448,7 +466,7 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     if fallback:
         notes.append("Default taken from the main grid for: "
                      + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")
-    notes += _seed_notes(summaries)
+    notes += _seed_notes(summaries) + device_note(used, lambda row: names.canonical_variant(row.variant or "default"))
     return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}{smoke_title}",
                  header, table_rows, notes=notes, paper="Table 5")
 

@@ -22,7 +22,7 @@ from recbench.reports.published import load_published
 from recbench.reports.render import latex_escape
 from recbench.reports.results import ResultsError, load_results
 from recbench.reports.stats import PerUser, holm
-from recbench.reports.tables import main_table
+from recbench.reports.tables import ablation_table, main_table
 from tests.fixtures.reports_fixture import (
     SEEDS,
     build_fixture,
@@ -290,6 +290,21 @@ def test_cloze_table(fixture_report):
     assert one_mask["Beauty HR@10"] == "–"  # no Cloze run on Beauty: a gap
     mean, _ = expected(fixture_report, "ml-1m", "bert4rec-1mask", "NDCG@10", study="cloze")
     assert numbers(one_mask["ML-1m NDCG@10"])[0] == round(mean, 4)
+
+
+def test_a_table_whose_rows_came_from_a_gpu_and_cpus_says_which_came_from_the_gpu(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", "bert4rec", 0, study="ablation", variant=variant, with_per_user=False,
+                        device=device)
+            for variant, device in (("default", "cpu (1 thread, AMD EPYC)"), ("L=1", "cpu (2 threads, AMD EPYC)"),
+                                    ("h=4", "cuda (NVIDIA H200)"), ("h=8", "cuda (NVIDIA H200)"))]
+    table = ablation_table(load_results(write_results(tmp_path, rows)), "pop100")
+    # two rows each: on a tie the CPU is "the rest", and the GPU's rows are named
+    assert [note for note in table.notes if "device" in note] == [
+        "Trained on more than one kind of device: h=4, h=8 on cuda (NVIDIA H200); the rest on cpu."]
+    # two CPUs (threads, models) are one kind: nothing to say
+    same_kind = [row for row in rows if row["device"].startswith("cpu")]
+    table = ablation_table(load_results(write_results(tmp_path, same_kind)), "pop100")
+    assert not any("device" in note for note in table.notes)
 
 
 def test_ablation_table_marks_large_drops(fixture_report):
