@@ -40,7 +40,8 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tup
                      + (", other than smoke-profile results, which are never compared with the paper's."
                         if smoke else "."))
     cloze = [tables.cloze_table(results, p) for p in protocols]
-    ablation = [tables.ablation_table(results, p, published=published) for p in protocols]
+    ablation = [tables.ablation_table(results, p, published=published, per_user=per_user, alpha=alpha)
+                for p in protocols]
     relevance_protocols = sorted(results.values("protocol", results.select(task="relevance")))
     relevance = [tables.relevance_table(results, p) for p in relevance_protocols]
     for found, what in ((cloze, "Table 3 (Cloze study)"), (ablation, "Table 5 (ablation)"),

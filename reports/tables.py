@@ -414,12 +414,14 @@ def _ablation_cell(summary: Summary | None, default: Summary | None) -> Cell:
 
 
 def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_METRIC,
-                   published: list[Published] = ()) -> Table | None:
+                   published: list[Published] = (), per_user: PerUser | None = None,
+                   alpha: float = 0.01) -> Table | None:
     """Paper Table 5: one row per variant, one column per dataset (and per model when several were ablated).
 
     Under the paper's protocol, a column whose rows all have a Table 5 row at their setting (BERT4Rec at d = 64,
     smoke-profile rows left out, as :func:`published_table` holds them) gets the paper's column beside it, so that
-    the relative drops can be read side by side."""
+    the relative drops can be read side by side. With ``per_user``, each variant is tested against its column's
+    default, paired over users (:func:`_ablation_tests`)."""
     rows = [r for r in results.select(study="ablation", task=RANKING, protocol=protocol) if r.variant]
     if not rows:
         return None
@@ -431,13 +433,13 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     def variant_rows(column: tuple, variant: str) -> list[Row]:
         return [r for r in by_column[column] if names.canonical_variant(r.variant) == variant]
 
-    ours, fallback, column_rows = {}, [], dict(by_column)
+    ours, fallback, column_rows, defaults = {}, [], dict(by_column), {}
     variants = names.order_variants(["default", *(r.variant for r in rows)])
     for column in columns:
-        default = variant_rows(column, "default")
+        default = defaults[column] = variant_rows(column, "default")
         if not default:  # the main grid trains the same default configuration
-            default = results.select(study="main", task=RANKING, protocol=protocol,
-                                     model=column[0], dataset=column[1])
+            default = defaults[column] = results.select(study="main", task=RANKING, protocol=protocol,
+                                                        model=column[0], dataset=column[1])
             fallback += [column] if default else []
             column_rows[column] = by_column[column] + default
         ours[column] = {v: summarize(default if v == "default" else variant_rows(column, v), metric) for v in variants}
@@ -449,11 +451,9 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
                   for variant in variants]
     summaries = [summary for values in ours.values() for summary in values.values() if summary is not None]
     several = len(models) > 1
-    header = ["Architecture"]
-    for m, d in columns:
-        header.append(f"{names.model_name(m)} {names.dataset_name(d)}" if several else names.dataset_name(d))
-        if (m, d) in paper:
-            header.append(f"{header[-1]} (paper)")
+    place = {column: 1 + sum(1 + (c in paper) for c in columns[:i]) for i, column in enumerate(columns)}
+    tested = [(table_rows[i][place[c]], variant_rows(c, v), defaults[c]) for i, v in enumerate(variants)
+              if v != "default" for c in columns]
     model_text = names.model_name(models[0]) if not several else "each model"
     smoke_title, smoke_notes = smoke_label(results, used)
     notes = [*smoke_notes, _protocol_note(protocol, rows),
@@ -467,8 +467,39 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
         notes.append("Default taken from the main grid for: "
                      + ", ".join(f"{names.model_name(m)} {names.dataset_name(d)}" for m, d in fallback) + ".")
     notes += _seed_notes(summaries) + device_note(used, lambda row: names.canonical_variant(row.variant or "default"))
+    notes += _ablation_tests(tested, per_user, metric, alpha) if per_user is not None else []
     return Table(f"table5_ablation_{protocol}", f"Ablation ({metric}), protocol {protocol}{smoke_title}",
-                 header, table_rows, notes=notes, paper="Table 5")
+                 _ablation_header(columns, paper, several), table_rows, notes=notes, paper="Table 5")
+
+
+def _ablation_header(columns: list[tuple], paper: dict, several: bool) -> list[str]:
+    """Table 5's header: a column per (model, dataset), each followed by the paper's where it has one."""
+    header = ["Architecture"]
+    for m, d in columns:
+        header.append(f"{names.model_name(m)} {names.dataset_name(d)}" if several else names.dataset_name(d))
+        if (m, d) in paper:
+            header.append(f"{header[-1]} (paper)")
+    return header
+
+
+def _ablation_tests(tested: list[tuple[Cell, list[Row], list[Row]]], per_user: PerUser, metric: str,
+                    alpha: float) -> list[str]:
+    """Mark each variant's cell of ``tested`` (cell, its rows, its default's rows) where the variant differs from
+    its default, paired over users, Holm-adjusted over the table's tests; the note that says so. The marks say two
+    trained models differ on these users; with one seed each, not how far another seed would move either."""
+    made = [(cell, per_user.compare(variant, default, metric)) for cell, variant, default in tested
+            if variant and default]
+    made = [(cell, test) for cell, test in made if test is not None]
+    for (cell, _), test in zip(made, holm_tests([test for _, test in made])):
+        cell.marks = (T_MARK if test.t_pvalue < alpha else "") + (W_MARK if test.wilcoxon_pvalue < alpha else "")
+    if not made:
+        return [f"No {T_MARK} or {W_MARK} marks: no variant could be tested against its default here (per-user "
+                f"files missing)."]
+    return [f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users) between "
+            f"each variant and its default, marked on the variant where p < {alpha:g} after Holm's correction for "
+            f"the {len(made)} comparison{'s' if len(made) != 1 else ''} of this table: the two trained models differ "
+            f"on these users. Seed-to-seed variation is not in the test; with several seeds each user's values are "
+            f"averaged over seeds before pairing."]
 
 
 def _removed_notes(models: list[str], variants: list[str]) -> list[str]:

@@ -312,14 +312,26 @@ def test_ablation_table_marks_large_drops(fixture_report):
     assert header == ["Architecture", "ML-1m", "ML-1m (paper)"]
     cells = {row[0]: row[1] for row in body}
     assert list(cells) == ["default", "w/o PE", "L=1", "h=4"]  # the paper's row order
-    assert cells["w/o PE"].endswith("↓")
-    assert not cells["L=1"].endswith("↓") and not cells["h=4"].endswith("↓")
+    assert plain(cells["w/o PE"]).endswith("↓")
+    assert not plain(cells["L=1"]).endswith("↓") and not plain(cells["h=4"]).endswith("↓")
     ndcg = {variant: float(np.mean([r["metrics"]["NDCG@10"] for r in rows_of(fixture_report)
                                     if r["variant"] == variant and r["protocol"] == "pop100"]))
             for variant in cells}
     assert numbers(cells["default"])[0] == round(ndcg["default"], 4)
     change = 100 * (ndcg["L=1"] - ndcg["default"]) / ndcg["default"]
     assert f"({change:+.1f}%)".replace("-", "−") in cells["L=1"]
+
+
+def test_ablation_table_tests_each_variant_against_its_default_over_users(fixture_report):
+    """Is a variant's change more than these users' noise? w/o PE, six times the default's ranks, is marked by both
+    paired tests; the default is never marked (nothing to test it against), nor is the paper's column."""
+    header, body = parse_markdown(fixture_report / "tables" / "table5_ablation_pop100.md")
+    ours = {row[0]: row[1] for row in body}
+    paper = {row[0]: row[2] for row in body}
+    assert ours["w/o PE"].endswith("↓†‡")
+    assert not re.search("[†‡]", ours["default"]) and not any(re.search("[†‡]", cell) for cell in paper.values())
+    text = (fixture_report / "tables" / "table5_ablation_pop100.md").read_text()
+    assert "between each variant and its default" in text and "for the 3 comparisons of this table" in text
 
 
 def test_ablation_table_sets_the_papers_relative_drops_beside_ours(fixture_report):
