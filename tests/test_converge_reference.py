@@ -118,9 +118,20 @@ def test_a_kept_probe_folder_is_restored_with_its_rows_and_a_resume_skips_its_jo
     assert kept["rows"] == original and len(original) == 2
     (run,) = kept["invocations"]
     assert run["jobs"] == [original[0]["run_id"]]
+    # the per-user files, which the report's paired tests read, are kept beside the reference and come back
+    names = sorted(row["per_user_file"] for row in original)
+    kept_copies = tmp_path / "ref" / "per-user" / "rows-probe-bprmf"
+    assert sorted(path.name for path in kept_copies.iterdir()) == [name.split("/")[-1] for name in names]
     restored = tmp_path / "lost" / "probe-bprmf"
     assert converge_reference.main(["--restore", str(tmp_path / "ref" / "rows-probe-bprmf.json"), str(restored)]) == 0
     assert ResultStore(restored).rows == original
+    for name in names:
+        assert (restored / name).read_bytes() == (tmp_path / "probe-bprmf" / name).read_bytes()
+    # a folder that lost one says so when kept again
+    (tmp_path / "probe-bprmf" / names[0]).unlink()
+    capsys.readouterr()
+    assert converge_reference.main(["--keep", str(tmp_path / "probe-bprmf"), "--output", str(tmp_path / "ref")]) == 0
+    assert "2 rows; 1 per-user files kept, 1 missing from the folder" in capsys.readouterr().out
     capsys.readouterr()
     assert run_all.main([*probe, "--output", str(restored), "--resume", "--dry-run"]) == 0
     assert "skip (done)" in capsys.readouterr().out

@@ -31,10 +31,11 @@ current rows whenever the table is written:
         --chosen-on-validation results/probe-ml-1m-dropout
 
 The results folders are git-ignored and the reference files are what a clone has. ``--restore`` turns a reference file
-back into the folder it was written from (its rows and the manifest lines of its invocations; per-user files and
-checkpoints are not in it), into an empty folder or one where a run has started without finishing a job, so that a
-fresh clone adds seeds or models to the committed rows with ``run_all.py ... --resume``, which skips the jobs already
-there, and this command then rewrites the reference with all of them:
+back into the folder it was written from (its rows and the manifest lines of its invocations, and the rows' per-user
+files, which the report's paired tests over users read: each reference keeps those its folder still held in
+``results/reference/per-user/<reference's name>/``; checkpoints are not kept), into an empty folder or one where a run
+has started without finishing a job, so that a fresh clone adds seeds or models to the committed rows with ``run_all.py
+... --resume``, which skips the jobs already there, and this command then rewrites the reference with all of them:
 
     python -m benchmarks.experiments.converge_reference --restore results/reference/converge-ml-1m.json \\
         results/converge-ml-1m
@@ -307,7 +308,39 @@ def restore(reference: Path, folder: Path) -> int:
     except FileExistsError:
         sys.exit(f"{folder} already holds results.jsonl; --restore fills a folder without rows, so pass an empty one "
                  f"(or one whose run has not finished a job yet)")
+    restore_per_user(rows, reference, folder)
     return len(rows)
+
+
+def per_user_copies(reference: Path) -> Path:
+    """Where the per-user files of ``reference``'s rows are kept: ``per-user/<its name>/`` beside it."""
+    return reference.parent / "per-user" / reference.stem
+
+
+def keep_per_user(rows: list[dict], folder: Path, reference: Path) -> str:
+    """Copy the per-user files of ``rows`` that ``folder`` still holds to :func:`per_user_copies` of ``reference``:
+    the report's paired tests over users read them, and the folder is lost with its machine. Says how many."""
+    copied, missing = 0, []
+    for row in rows:
+        name = row.get("per_user_file")
+        if name and (folder / name).is_file():
+            write_atomic(per_user_copies(reference) / Path(name).name, (folder / name).read_bytes())
+            copied += 1
+        elif name:
+            missing.append(Path(name).name)
+    return f"{copied} per-user files kept" + (f", {len(missing)} missing from the folder" if missing else "")
+
+
+def restore_per_user(rows: list[dict], reference: Path, folder: Path) -> int:
+    """Put back the per-user files :func:`keep_per_user` kept for ``rows``, where the folder lacks them."""
+    restored = 0
+    for row in rows:
+        name = row.get("per_user_file")
+        kept = per_user_copies(reference) / Path(name).name if name else None
+        if kept is not None and kept.is_file() and not (folder / name).exists():
+            write_atomic(folder / name, kept.read_bytes())
+            restored += 1
+    return restored
 
 
 def table_lines(markdown: str) -> list[str]:
@@ -368,7 +401,7 @@ def keep(folder: Path, output: Path) -> Path:
     path = Path(output) / f"rows-{folder.name}.json"
     kept = {"folder": str(folder), "invocations": invocations(folder, {row["key"] for row in rows}), "rows": rows}
     write_atomic(path, json.dumps(kept, indent=1) + "\n")
-    print(f"written: {path} ({len(rows)} rows)")
+    print(f"written: {path} ({len(rows)} rows; {keep_per_user(rows, folder, path)})")
     return path
 
 
@@ -381,7 +414,7 @@ def write_reference(path: Path, dataset: str, folder: Path, command: str, result
         "dataset": dataset, "profile": "converge", "folder": str(folder), "command": command, **extra,
         "invocations": invocations(folder, keys), "summary": summaries,
         "rows": [row.raw for row in result.rows]}, indent=1) + "\n")
-    print(f"written: {path} ({len(summaries)} models)")
+    print(f"written: {path} ({len(summaries)} models; {keep_per_user([row.raw for row in result.rows], folder, path)})")
 
 
 def main(argv=None) -> int:
