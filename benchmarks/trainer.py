@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
+from recbench.benchmarks.clock import RunClock
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.metrics import check_metric_name
 from recbench.benchmarks.optim import AdamWeightDecay, GRU4RecAdagrad, bert_schedule
@@ -150,7 +151,8 @@ class TrainState:
     step: int = 0
     samples: int = 0  # training examples processed
     batch_seconds: float = 0.0  # time in the batch loop (validation excluded)
-    train_seconds: float = 0.0  # time since the start, validation included
+    train_seconds: float = 0.0  # time since the start, validation included, pauses not (benchmarks.clock)
+    paused_seconds: float = 0.0  # time the process stood stopped while training (kill -STOP, a suspended machine)
     cpu_seconds: float = 0.0  # CPU time of the process since the start (all threads), validation included
     best_metric: float = -math.inf
     best_epoch: int = 0
@@ -175,7 +177,8 @@ class _Session:
     loss_of: Callable
     use_amp: bool
     bf16_checked: bool = False  # whether a step has shown that autocast runs some operation of the model in bf16
-    started: float = 0.0  # perf_counter() at the run's start, earlier sessions' time included
+    clock: RunClock | None = None  # wall-clock time without the pauses
+    started: float = 0.0  # clock.now() at the run's start, earlier sessions' time included
     cpu_started: float = 0.0  # process_time() at the run's start, earlier sessions' CPU time included
 
 
@@ -302,13 +305,15 @@ class Trainer:
         without a validator) and report what happened."""
         session = self._start(model, train)
         state, resumed_from = self._restore(session)
-        session.started = time.perf_counter() - state.train_seconds
-        session.cpu_started = time.process_time() - state.cpu_seconds
-        with self._progress_bar(session, state, validate) as bar:
+        paused_before = state.paused_seconds
+        with RunClock() as session.clock, self._progress_bar(session, state, validate) as bar:
+            session.started = session.clock.now() - state.train_seconds
+            session.cpu_started = time.process_time() - state.cpu_seconds
             while state.stopped_by is None:
                 cut_short = self._train_epoch(session, state, bar)
                 self._validate_and_decide(session, state, validate, cut_short)
-                state.train_seconds = time.perf_counter() - session.started
+                state.train_seconds = session.clock.now() - session.started
+                state.paused_seconds = paused_before + session.clock.paused
                 state.cpu_seconds = time.process_time() - session.cpu_started
                 self._show(bar, session, state, validate)
                 self._save(session, state)
@@ -379,7 +384,7 @@ class Trainer:
         """One pass over the shuffled examples (stopping early at the step cap or the time budget); returns
         "max steps", "time budget" or "cpu budget" when one of them cut the epoch short, else None."""
         s, device, model = self.settings, session.model.device, session.model
-        epoch, epoch_started = state.epoch + 1, time.perf_counter()
+        epoch, epoch_started = state.epoch + 1, session.clock.now()
         model.train()
         # Rows that are consecutive steps of one schedule (GRU4Rec's session-parallel mini-batches) keep order.
         order = (torch.arange(session.n_examples, device=device) if model.ordered_examples
@@ -395,7 +400,7 @@ class Trainer:
             loss_sum += loss
             recent[b % FINITE_CHECK_STEPS] = loss
             samples += len(rows)
-            if s.time_budget_s is not None and time.perf_counter() - session.started > s.time_budget_s:
+            if s.time_budget_s is not None and session.clock.now() - session.started > s.time_budget_s:
                 cut_short = "time budget"
             elif s.cpu_budget_s is not None and time.process_time() - session.cpu_started > s.cpu_budget_s:
                 cut_short = "cpu budget"
@@ -407,11 +412,11 @@ class Trainer:
             if cut_short:
                 break
         mean_loss = loss_sum.item() / (b + 1)
-        state.batch_seconds += time.perf_counter() - epoch_started
+        state.batch_seconds += session.clock.now() - epoch_started
         state.samples += samples
         state.step = session.schedule.last_epoch
         state.epoch = epoch
-        state.history.append({"epoch": epoch, "loss": mean_loss, "seconds": time.perf_counter() - session.started})
+        state.history.append({"epoch": epoch, "loss": mean_loss, "seconds": session.clock.now() - session.started})
         return cut_short
 
     def _step(self, session: _Session, batch: dict) -> torch.Tensor:
@@ -484,7 +489,7 @@ class Trainer:
             train_seconds=state.train_seconds, curve=state.history, resumed_from_epoch=resumed_from,
             settings=dataclasses.asdict(self.settings), precision="bf16" if session.use_amp else "fp32",
             samples_per_s=state.samples / state.batch_seconds if state.batch_seconds > 0 else None,
-            cpu_seconds=state.cpu_seconds)
+            cpu_seconds=state.cpu_seconds, paused_seconds=state.paused_seconds)
 
     # ------------------------------------------------------------------------------------- the progress bar
 

@@ -318,8 +318,8 @@ def _fit_fields(planned: PlannedJob, fit: FitReport) -> dict:
             "best_epoch": fit.best_epoch, "best_step": fit.best_step, "best_valid": fit.best_valid,
             "valid_metric": f"{metric} {'on' if selected_on == PAIRS else 'under'} {selected_on}" if trained else None,
             "stopped_by": fit.stopped_by, "resumed_from_epoch": fit.resumed_from_epoch, "curve": fit.curve,
-            "train_seconds": fit.train_seconds, "train_samples_per_s": fit.samples_per_s,
-            "precision": fit.precision}
+            "train_seconds": fit.train_seconds, "train_paused_seconds": fit.paused_seconds,
+            "train_samples_per_s": fit.samples_per_s, "precision": fit.precision}
 
 
 def _result_row(facts: dict, test: TestResult, log) -> dict:

@@ -125,6 +125,7 @@ class FitReport:
     precision: str | None = None  # "fp32" or "bf16" (None: no gradient training)
     samples_per_s: float | None = None  # training examples per second of the batch loop
     cpu_seconds: float | None = None  # process CPU time of training, all threads, over every resumed session
+    paused_seconds: float | None = None  # wall-clock time the process stood stopped, left out of train_seconds
 
 
 class Recommender(ABC):

@@ -1,4 +1,6 @@
 """The shared trainer: early stopping, best-weight restore, seeds and resume after an interruption."""
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -108,6 +110,35 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     report = trainer(checkpoint=str(checkpoint)).fit(again, split.train(), None)
     assert report.epochs_run == 6
     assert torch.equal(again.item_factors.weight, reference.item_factors.weight)
+
+
+def test_time_the_process_stood_stopped_is_left_out_of_the_training_time_and_kept_for_a_resume(
+        tmp_path, monkeypatch):
+    """A run paused for an hour (kill -STOP) while it validated: its training time, its curve's seconds and its
+    time budget do not count the hour; the row says how long it stood stopped, over every session."""
+    from recbench.benchmarks import clock as clock_module
+
+    jump = {"by": 0.0}
+    real = time.perf_counter
+    monkeypatch.setattr(clock_module.time, "perf_counter", lambda: real() + jump["by"])
+    values = iter([0.1, 0.2, 0.3, 0.4])
+
+    def validate_then_stand_still(model):
+        if len(seen) == 1:  # during the second validation the clock jumps an hour, as a stopped process sees it
+            jump["by"] += 3600.0
+            time.sleep(0.4)  # the heartbeat notices
+        seen.append(1)
+        return {"NDCG@10": next(values)}
+
+    seen = []
+    checkpoint = tmp_path / "run.pt"
+    report = trainer(max_epochs=3, patience=None, time_budget_s=1800, checkpoint=str(checkpoint)).fit(
+        new_model(), toy_split().train(), validate_then_stand_still)
+    assert report.stopped_by == "max epochs"  # not the half-hour budget
+    assert report.train_seconds < 60 and report.paused_seconds == pytest.approx(3600, abs=1)
+    assert all(record["seconds"] < 60 for record in report.curve)
+    # the checkpoint keeps it, so that a resumed session adds its own stops to the earlier ones
+    assert trainer_module.saved_progress(checkpoint).paused_seconds == pytest.approx(3600, abs=1)
 
 
 @pytest.mark.parametrize("terminal", [True, False])
