@@ -76,7 +76,7 @@ class TrainSettings:
     max_epochs: int = 200
     max_steps: int | None = None  # stop after this many optimiser steps, and the decay's horizon (else max_epochs)
     patience: int | None = 10  # validations without improvement before stopping; none: never stop early
-    time_budget_s: float | None = None  # wall-clock cap on training (validation included)
+    time_budget_s: float | None = None  # wall-clock cap on training (validation included, stopped time not)
     cpu_budget_s: float | None = None  # cap on the CPU-seconds of the training process (all its threads, validation
     # included): a budget that a loaded, shared machine does not shrink, as wall-clock time does (tuning's budget)
     warmup_steps: int = 0
@@ -152,7 +152,7 @@ class TrainState:
     samples: int = 0  # training examples processed
     batch_seconds: float = 0.0  # time in the batch loop (validation excluded)
     train_seconds: float = 0.0  # time since the start, validation included, pauses not (benchmarks.clock)
-    paused_seconds: float = 0.0  # time the process stood stopped while training (kill -STOP, a suspended machine)
+    paused_seconds: float = 0.0  # time the process stood stopped while training (kill -STOP, a paused virtual machine)
     cpu_seconds: float = 0.0  # CPU time of the process since the start (all threads), validation included
     best_metric: float = -math.inf
     best_epoch: int = 0

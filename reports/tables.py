@@ -88,11 +88,12 @@ def smoke_label(results: ResultSet, rows: list[Row]) -> tuple[str, list[str]]:
 def device_note(rows: list[Row], name_of) -> list[str]:
     """Where a table's rows were trained on more than one kind of device (a GPU beside CPUs), which ones came from
     the less common kinds, named by ``name_of(row)``: training on a GPU is not bit-for-bit repeatable, and a reader
-    should know which figures it gave. Nothing when one kind trained them all."""
+    should know which figures it gave. Nothing when one kind trained them all (rows that record no device, older
+    ones, are left out of the count)."""
     by_kind = defaultdict(lambda: defaultdict(list))  # "cuda" -> its full device texts -> their rows
     for row in rows:
-        device = str(row.get("device") or "device not recorded")
-        by_kind[device.split(" (")[0]][device].append(row)
+        if row.get("device"):
+            by_kind[str(row.get("device")).split(" (")[0]][str(row.get("device"))].append(row)
     if len(by_kind) < 2:
         return []
     # "the rest": the kind that trained most rows, the CPU on a tie (this suite's usual device)
@@ -165,13 +166,16 @@ def mark_significance(tests: list[tuple[dict, tuple, PairedTest]], alpha: float)
                                + (W_MARK if test.wilcoxon_pvalue < alpha else ""))
 
 
-def significance_note(alpha: float, comparisons: int, between: str) -> str:
+def significance_note(alpha: float, comparisons: int, between: str, marked_on: str = "the better of the two",
+                      untested: list[str] = ()) -> str:
     if not comparisons:  # e.g. rows restored without their per-user files: say so, not "0 comparisons"
         return f"No {T_MARK} or {W_MARK} marks: no paired test between {between} could be run here."
     return (f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users) between "
-            f"{between}, marked on the better of the two where p < {alpha:g} after Holm's correction for the "
-            f"{comparisons} comparison{'s' if comparisons != 1 else ''} of this table. With several seeds each "
-            f"user's values are averaged over seeds before pairing.")
+            f"{between}, marked on {marked_on} where p < {alpha:g} after Holm's correction for the "
+            f"{comparisons} comparison{'s' if comparisons != 1 else ''} of this table: the two trained models differ "
+            f"on these users, which says nothing of how far another seed would move them. With several seeds each "
+            f"user's values are averaged over seeds before pairing."
+            + (f" Not tested (per-user files missing): {', '.join(untested)}." if untested else ""))
 
 
 def improvement(cells: dict[str, Cell]) -> Cell:
@@ -452,7 +456,7 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     summaries = [summary for values in ours.values() for summary in values.values() if summary is not None]
     several = len(models) > 1
     place = {column: 1 + sum(1 + (c in paper) for c in columns[:i]) for i, column in enumerate(columns)}
-    tested = [(table_rows[i][place[c]], variant_rows(c, v), defaults[c]) for i, v in enumerate(variants)
+    tested = [(v, table_rows[i][place[c]], variant_rows(c, v), defaults[c]) for i, v in enumerate(variants)
               if v != "default" for c in columns]
     model_text = names.model_name(models[0]) if not several else "each model"
     smoke_title, smoke_notes = smoke_label(results, used)
@@ -482,24 +486,24 @@ def _ablation_header(columns: list[tuple], paper: dict, several: bool) -> list[s
     return header
 
 
-def _ablation_tests(tested: list[tuple[Cell, list[Row], list[Row]]], per_user: PerUser, metric: str,
+def _ablation_tests(tested: list[tuple[str, Cell, list[Row], list[Row]]], per_user: PerUser, metric: str,
                     alpha: float) -> list[str]:
-    """Mark each variant's cell of ``tested`` (cell, its rows, its default's rows) where the variant differs from
-    its default, paired over users, Holm-adjusted over the table's tests; the note that says so. The marks say two
-    trained models differ on these users; with one seed each, not how far another seed would move either."""
-    made = [(cell, per_user.compare(variant, default, metric)) for cell, variant, default in tested
-            if variant and default]
-    made = [(cell, test) for cell, test in made if test is not None]
+    """Mark each variant's cell of ``tested`` (its name, cell, rows and its default's rows) where the variant
+    differs from its default, paired over users, Holm-adjusted over the table's tests; the note that says so.
+    Nothing when the table has no variant beside a default."""
+    made, untested = [], []
+    for name, cell, variant, default in tested:
+        test = per_user.compare(variant, default, metric) if variant and default else None
+        if test is not None:
+            made.append((cell, test))
+        elif variant and default:
+            untested.append(name)
     for (cell, _), test in zip(made, holm_tests([test for _, test in made])):
         cell.marks = (T_MARK if test.t_pvalue < alpha else "") + (W_MARK if test.wilcoxon_pvalue < alpha else "")
-    if not made:
-        return [f"No {T_MARK} or {W_MARK} marks: no variant could be tested against its default here (per-user "
-                f"files missing)."]
-    return [f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users) between "
-            f"each variant and its default, marked on the variant where p < {alpha:g} after Holm's correction for "
-            f"the {len(made)} comparison{'s' if len(made) != 1 else ''} of this table: the two trained models differ "
-            f"on these users. Seed-to-seed variation is not in the test; with several seeds each user's values are "
-            f"averaged over seeds before pairing."]
+    if not made and not untested:
+        return []
+    return [significance_note(alpha, len(made), "each variant and its default", "the variant",
+                              list(dict.fromkeys(untested)))]
 
 
 def _removed_notes(models: list[str], variants: list[str]) -> list[str]:

@@ -127,11 +127,13 @@ def test_a_kept_probe_folder_is_restored_with_its_rows_and_a_resume_skips_its_jo
     assert ResultStore(restored).rows == original
     for name in names:
         assert (restored / name).read_bytes() == (tmp_path / "probe-bprmf" / name).read_bytes()
-    # a folder that lost one says so when kept again
+    # a folder that lost one: kept again where its copy is, nothing is missing; kept elsewhere, it says so
     (tmp_path / "probe-bprmf" / names[0]).unlink()
     capsys.readouterr()
     assert converge_reference.main(["--keep", str(tmp_path / "probe-bprmf"), "--output", str(tmp_path / "ref")]) == 0
-    assert "2 rows; 1 per-user files kept, 1 missing from the folder" in capsys.readouterr().out
+    assert "(2 rows; 1 per-user files kept)" in capsys.readouterr().out
+    assert converge_reference.main(["--keep", str(tmp_path / "probe-bprmf"), "--output", str(tmp_path / "new")]) == 0
+    assert "(2 rows; 1 per-user files kept, 1 missing from the folder)" in capsys.readouterr().out
     capsys.readouterr()
     assert run_all.main([*probe, "--output", str(restored), "--resume", "--dry-run"]) == 0
     assert "skip (done)" in capsys.readouterr().out

@@ -52,6 +52,8 @@ def test_resume_with_changed_settings_runs_a_new_job_and_keeps_the_old_rows(tmp_
                     if row["model"] == "bprmf")
     assert hidden == [(8, "full"), (8, "pop100"), (64, "full"), (64, "pop100")]
     assert len({row["key"] for row in rows(tmp_path) if row["model"] == "bprmf"}) == 2
+    # POP has no training loop, so nothing that could stand stopped; BPR-MF's short run did not
+    assert {row["model"]: row["train_paused_seconds"] for row in rows(tmp_path)} == {"pop": None, "bprmf": 0.0}
     # The same changed command again skips everything; the smoke rows are not reused by the paper profile.
     code, out, _ = run(["--models", "pop", "bprmf", "--set", "bprmf:hidden=8", "--resume", "--dry-run"],
                        tmp_path, capsys)
@@ -139,11 +141,13 @@ def test_a_resumed_row_counts_the_training_time_of_every_session(tmp_path, capsy
     saved = torch.load(checkpoint, weights_only=False)
     saved["state"]["train_seconds"] += 3600.0  # as if the first session had trained an hour
     saved["state"]["cpu_seconds"] += 3000.0
+    saved["state"]["paused_seconds"] += 1200.0  # and had stood stopped for 20 minutes
     torch.save(saved, checkpoint)
     assert run([*argv, "--resume"], tmp_path, capsys)[0] == 0
     (row, *_) = rows(tmp_path)
     assert row["resumed_from_epoch"] == 2
     assert 3600.0 < row["train_seconds"] < 3600.0 + 600 and 3000.0 < row["train_cpu_seconds"] < 3000.0 + 600
+    assert row["train_paused_seconds"] == pytest.approx(1200.0, abs=1.0)  # this session stood still no longer
 
 
 def test_the_time_left_counts_a_resumed_jobs_earlier_sessions_and_guesses_nothing_for_untimed_models(

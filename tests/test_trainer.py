@@ -112,33 +112,37 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     assert torch.equal(again.item_factors.weight, reference.item_factors.weight)
 
 
-def test_time_the_process_stood_stopped_is_left_out_of_the_training_time_and_kept_for_a_resume(
+def test_time_the_process_stood_stopped_is_left_out_of_the_training_time_and_summed_over_sessions(
         tmp_path, monkeypatch):
-    """A run paused for an hour (kill -STOP) while it validated: its training time, its curve's seconds and its
-    time budget do not count the hour; the row says how long it stood stopped, over every session."""
+    """A run paused for an hour (kill -STOP) while it validated, then interrupted and resumed: its training time,
+    its curve's seconds and its time budget do not count the hour; the report says how long it stood stopped, over
+    both sessions."""
     from recbench.benchmarks import clock as clock_module
 
     jump = {"by": 0.0}
     real = time.perf_counter
     monkeypatch.setattr(clock_module.time, "perf_counter", lambda: real() + jump["by"])
-    values = iter([0.1, 0.2, 0.3, 0.4])
+    seen = []
 
-    def validate_then_stand_still(model):
-        if len(seen) == 1:  # during the second validation the clock jumps an hour, as a stopped process sees it
+    def validate(model):
+        seen.append(1)
+        if len(seen) == 2:  # during the second validation the clock jumps an hour, as a stopped process sees it
             jump["by"] += 3600.0
             time.sleep(0.4)  # the heartbeat notices
-        seen.append(1)
-        return {"NDCG@10": next(values)}
+        if len(seen) == 3 and not resumed:
+            raise KeyboardInterrupt
+        return {"NDCG@10": 0.1 * len(seen)}
 
-    seen = []
-    checkpoint = tmp_path / "run.pt"
-    report = trainer(max_epochs=3, patience=None, time_budget_s=1800, checkpoint=str(checkpoint)).fit(
-        new_model(), toy_split().train(), validate_then_stand_still)
-    assert report.stopped_by == "max epochs"  # not the half-hour budget
+    resumed, checkpoint = False, tmp_path / "run.pt"
+    settings = dict(max_epochs=4, patience=None, time_budget_s=1800, checkpoint=str(checkpoint))
+    with pytest.raises(KeyboardInterrupt):
+        trainer(**settings).fit(new_model(), toy_split().train(), validate)
+    assert trainer_module.saved_progress(checkpoint).paused_seconds == pytest.approx(3600, abs=1)
+    resumed = True
+    report = trainer(**settings).fit(new_model(), toy_split().train(), validate)
+    assert report.stopped_by == "max epochs" and report.epochs_run == 4  # not the half-hour budget
     assert report.train_seconds < 60 and report.paused_seconds == pytest.approx(3600, abs=1)
     assert all(record["seconds"] < 60 for record in report.curve)
-    # the checkpoint keeps it, so that a resumed session adds its own stops to the earlier ones
-    assert trainer_module.saved_progress(checkpoint).paused_seconds == pytest.approx(3600, abs=1)
 
 
 @pytest.mark.parametrize("terminal", [True, False])

@@ -285,10 +285,11 @@ def reproduced_table(results: list[ResultSet], published: list, chosen: dict[str
 
 
 def restore(reference: Path, folder: Path) -> int:
-    """Fill ``folder`` with what ``reference`` (a file this module wrote) was made from: ``results.jsonl`` with its
-    rows as they are, and in ``manifest.jsonl`` one start line per invocation (its time, command and commit) and a
-    line saying where they came from. A run already started in the folder (``--resume`` launched before the restore)
-    keeps its manifest lines and adds its rows after these. Refused in one line where the folder holds rows."""
+    """Fill ``folder`` with what ``reference`` (a file this module wrote) was made from: ``results.jsonl`` with its rows
+    as they are, in ``manifest.jsonl`` one start line per invocation (its time, command and commit) and a line saying
+    where they came from, and the per-user files kept with it (:func:`restore_per_user`). A run already started in the
+    folder (``--resume`` launched before the restore) keeps its manifest lines and adds its rows after these. Refused in
+    one line where the folder holds rows."""
     try:
         written = json.loads(reference.read_text())
         rows, runs = written["rows"], written["invocations"]
@@ -326,7 +327,7 @@ def keep_per_user(rows: list[dict], folder: Path, reference: Path) -> str:
         if name and (folder / name).is_file():
             write_atomic(per_user_copies(reference) / Path(name).name, (folder / name).read_bytes())
             copied += 1
-        elif name:
+        elif name and not (per_user_copies(reference) / Path(name).name).is_file():  # nor kept before
             missing.append(Path(name).name)
     return f"{copied} per-user files kept" + (f", {len(missing)} missing from the folder" if missing else "")
 
@@ -394,7 +395,7 @@ def check_chosen(variants: ResultSet, profile: ResultSet, dataset: str, source: 
 
 def keep(folder: Path, output: Path) -> Path:
     """Write every row of ``folder`` and the invocations that trained them to ``output/rows-<folder's name>.json``,
-    a file :func:`restore` turns back into the folder."""
+    with the rows' per-user files (:func:`keep_per_user`), which :func:`restore` turns back into the folder."""
     rows = ResultStore(folder).rows  # none where the folder or its results.jsonl does not exist
     if not rows:
         sys.exit(f"{folder}: no results.jsonl rows to keep; pass the results folder of a run that finished a job")
@@ -438,7 +439,8 @@ def main(argv=None) -> int:
         if len(args.folders) != 1 or args.chosen:
             parser.error("--restore writes one folder: pass exactly one, and no --chosen-on-validation")
         rows = restore(args.restore, args.folders[0])
-        print(f"restored: {args.folders[0]} ({rows} rows from {args.restore})")
+        files = len(list((args.folders[0] / "per_user").glob("*.npz")))
+        print(f"restored: {args.folders[0]} ({rows} rows from {args.restore}, {files} per-user files)")
         return 0
     if not args.folders and not args.chosen:
         parser.error("pass the results folders to write references of")
