@@ -441,9 +441,11 @@ def ablation_table(results: ResultSet, protocol: str, metric: str = ABLATION_MET
     variants = names.order_variants(["default", *(r.variant for r in rows)])
     for column in columns:
         default = defaults[column] = variant_rows(column, "default")
-        if not default:  # the main grid trains the same default configuration
-            default = defaults[column] = results.select(study="main", task=RANKING, protocol=protocol,
-                                                        model=column[0], dataset=column[1])
+        if not default:  # the main grid trains the same default configuration: its rows at the ablation's d and profile
+            like = {(_hidden(r), r.get("profile")) for r in by_column[column]}
+            default = defaults[column] = [r for r in results.select(study="main", task=RANKING, protocol=protocol,
+                                                                    model=column[0], dataset=column[1])
+                                          if (_hidden(r), r.get("profile")) in like]
             fallback += [column] if default else []
             column_rows[column] = by_column[column] + default
         ours[column] = {v: summarize(default if v == "default" else variant_rows(column, v), metric) for v in variants}

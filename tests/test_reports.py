@@ -307,6 +307,18 @@ def test_a_table_whose_rows_came_from_a_gpu_and_cpus_says_which_came_from_the_gp
     assert not any("device" in note for note in table.notes)
 
 
+def test_a_default_taken_from_the_main_grid_is_its_row_at_the_ablations_d_not_every_bert4rec_row(tmp_path):
+    """An ablation run without its own default takes the main grid's: the main BERT4Rec at the ablation's d, not a
+    d = 256 BERT4Rec of the same folder averaged in as if it were another seed."""
+    rows = [ranking_row(tmp_path, "ml-1m", "bert4rec", 0, study="ablation", variant="L=1", with_per_user=False),
+            ranking_row(tmp_path, "ml-1m", "bert4rec", 0, with_per_user=False),
+            {**ranking_row(tmp_path, "ml-1m", "bert4rec", 1, with_per_user=False, hidden=256),
+             "metrics": {"NDCG@10": 0.99}}]
+    table = ablation_table(load_results(write_results(tmp_path, rows)), "pop100")
+    assert table.rows[0][1].value == pytest.approx(rows[1]["metrics"]["NDCG@10"])
+    assert any(note.startswith("Default taken from the main grid for: BERT4Rec ML-1m") for note in table.notes)
+
+
 def test_ablation_table_marks_large_drops(fixture_report):
     header, body = parse_markdown(fixture_report / "tables" / "table5_ablation_pop100.md")
     assert header == ["Architecture", "ML-1m", "ML-1m (paper)"]
