@@ -92,8 +92,8 @@ def device_note(rows: list[Row], name_of) -> list[str]:
     ones, are left out of the count)."""
     by_kind = defaultdict(lambda: defaultdict(list))  # "cuda" -> its full device texts -> their rows
     for row in rows:
-        if row.get("device"):
-            by_kind[str(row.get("device")).split(" (")[0]][str(row.get("device"))].append(row)
+        if device := str(row.get("device") or ""):
+            by_kind[device.split(" (")[0]][device].append(row)
     if len(by_kind) < 2:
         return []
     # "the rest": the kind that trained most rows, the CPU on a tie (this suite's usual device)
@@ -162,8 +162,12 @@ def mark_significance(tests: list[tuple[dict, tuple, PairedTest]], alpha: float)
     adjusted = holm_tests([test for _, _, test in tests])
     for (cells, pair, _), test in zip(tests, adjusted):
         better = max(pair, key=lambda m: cells[m].value)
-        cells[better].marks = ((T_MARK if test.t_pvalue < alpha else "")
-                               + (W_MARK if test.wilcoxon_pvalue < alpha else ""))
+        cells[better].marks = _marks(test, alpha)
+
+
+def _marks(test: PairedTest, alpha: float) -> str:
+    """† where the (adjusted) t-test, ‡ where the Wilcoxon test is below ``alpha``."""
+    return (T_MARK if test.t_pvalue < alpha else "") + (W_MARK if test.wilcoxon_pvalue < alpha else "")
 
 
 def significance_note(alpha: float, comparisons: int, between: str, marked_on: str = "the better of the two",
@@ -501,7 +505,7 @@ def _ablation_tests(tested: list[tuple[str, Cell, list[Row], list[Row]]], per_us
         elif variant and default:
             untested.append(name)
     for (cell, _), test in zip(made, holm_tests([test for _, test in made])):
-        cell.marks = (T_MARK if test.t_pvalue < alpha else "") + (W_MARK if test.wilcoxon_pvalue < alpha else "")
+        cell.marks = _marks(test, alpha)
     if not made and not untested:
         return []
     return [significance_note(alpha, len(made), "each variant and its default", "the variant",
