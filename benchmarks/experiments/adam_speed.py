@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.experiments.speed_transformers import load_average, write_report
+from benchmarks.experiments.speed_transformers import interleaved_rounds, write_report
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.estimate import seconds_per_step
 from recbench.benchmarks.provenance import git_commit
@@ -72,18 +72,16 @@ def rounds(args, dataset: str, data, train) -> list[dict]:
         model, examples, settings = build(model_name, dataset, data, train, args.seed)
         parameters = sum(p.numel() for p in model.parameters())
         timings = []
-        for round_number in range(args.rounds):
-            order = (False, True) if round_number % 2 == 0 else (True, False)
-            before, seconds = load_average(), {}
-            for fused in order:
-                seconds[fused] = seconds_per_step(copy.deepcopy(model), examples, settings.batch_size, fused=fused)
-            timings.append({"round": round_number + 1, "order": ["fused" if f else "loop" for f in order],
+        def step_seconds(fused, model=model, examples=examples, batch=settings.batch_size):
+            return seconds_per_step(copy.deepcopy(model), examples, batch, fused=fused)
+
+        for number, order, seconds, before, after in interleaved_rounds(args.rounds, (False, True), step_seconds):
+            timings.append({"round": number, "order": ["fused" if f else "loop" for f in order],
                             "loop_s": round(seconds[False], 5), "fused_s": round(seconds[True], 5),
                             "loop_over_fused": round(seconds[False] / seconds[True], 3),
-                            "load_before": before, "load_after": load_average()})
+                            "load_before": before, "load_after": after})
             print(f"{dataset:>6} {model_name:>8}: loop {seconds[False] * 1e3:8.2f} ms, fused {seconds[True] * 1e3:8.2f}"
-                  f" ms a step, ratio {timings[-1]['loop_over_fused']:.2f} (load {before} -> "
-                  f"{timings[-1]['load_after']})", flush=True)
+                  f" ms a step, ratio {timings[-1]['loop_over_fused']:.2f} (load {before} -> {after})", flush=True)
         ratios = [t["loop_over_fused"] for t in timings]
         results.append({"dataset": dataset, "model": model_name, "parameters": parameters,
                         "batch_size": settings.batch_size, "rounds": timings,

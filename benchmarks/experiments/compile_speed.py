@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.experiments.speed_transformers import load_average, write_report
+from benchmarks.experiments.speed_transformers import interleaved_rounds, write_report
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.provenance import describe_device, git_commit
 from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
@@ -62,20 +62,21 @@ def speed_rounds(args, data, train, device: torch.device) -> list[dict]:
     for model_name in args.models:
         batch = resolve(model_name, "ml-1m", "converge").train.batch_size
         timed = train.subset(np.sort(rng.choice(len(train), min(len(train), args.batches * batch), replace=False)))
-        for round_number in range(args.rounds):
-            order = MODES if round_number % 2 == 0 else MODES[::-1]
-            before, first, second, speed = load_average(), {}, {}, {}
-            for mode in order:
-                first[mode], second[mode], rows = two_passes(model_name, mode, data, timed, device, args.seed)
-                speed[mode] = rows / second[mode]
-            row = {"model": model_name, "round": round_number + 1, "order": list(order),
+        def passes(mode, model_name=model_name, timed=timed):
+            return two_passes(model_name, mode, data, timed, device, args.seed)
+
+        for number, order, measured, before, after in interleaved_rounds(args.rounds, MODES, passes):
+            first = {mode: seconds[0] for mode, seconds in measured.items()}
+            second = {mode: seconds[1] for mode, seconds in measured.items()}
+            speed = {mode: rows / second[mode] for mode, (_, _, rows) in measured.items()}
+            row = {"model": model_name, "round": number, "order": list(order),
                    "eager_sequences_per_s": round(speed["eager"], 1),
                    "compiled_sequences_per_s": round(speed["compiled"], 1),
                    "compiled_over_eager": round(speed["compiled"] / speed["eager"], 3),
                    "compile_seconds": round((first["compiled"] - second["compiled"])
                                             - (first["eager"] - second["eager"]), 1),
                    "pass_seconds": {mode: [round(first[mode], 2), round(second[mode], 2)] for mode in MODES},
-                   "load_before": before, "load_after": load_average()}
+                   "load_before": before, "load_after": after}
             results.append(row)
             print(f"{model_name:>9} round {row['round']}: eager {row['eager_sequences_per_s']:8.1f}, compiled "
                   f"{row['compiled_sequences_per_s']:8.1f} seq/s, ratio {row['compiled_over_eager']:.3f}, compiling "

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.experiments.speed_transformers import load_average, write_report
+from benchmarks.experiments.speed_transformers import interleaved_rounds, load_average, write_report
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.trainer import Trainer, TrainRun, fused_adam, native_bf16
@@ -63,18 +63,17 @@ def speed_rounds(args, data, train) -> list[dict]:
     for model_name, hidden in CASES:
         batch = resolve(model_name, "ml-1m", "converge").train.batch_size
         timed = train.subset(np.sort(rng.choice(len(train), args.batches * batch, replace=False)))
-        for round_number in range(args.rounds):
-            order = ("fp32", "bf16") if round_number % 2 == 0 else ("bf16", "fp32")
-            before, speed = load_average(), {}
-            for precision in order:
-                seconds, rows = timed_fit(model_name, hidden, precision, data, timed, args.seed)
-                speed[precision] = rows / seconds
-            row = {"model": model_name, "hidden": hidden, "round": round_number + 1, "order": list(order),
+        def fit(precision, model_name=model_name, hidden=hidden, timed=timed):
+            return timed_fit(model_name, hidden, precision, data, timed, args.seed)
+
+        for number, order, measured, before, after in interleaved_rounds(args.rounds, ("fp32", "bf16"), fit):
+            speed = {precision: rows / seconds for precision, (seconds, rows) in measured.items()}
+            row = {"model": model_name, "hidden": hidden, "round": number, "order": list(order),
                    "fp32_sequences_per_s": round(speed["fp32"], 1), "bf16_sequences_per_s": round(speed["bf16"], 1),
                    "bf16_over_fp32": round(speed["bf16"] / speed["fp32"], 3), "load_before": before,
-                   "load_after": load_average()}
+                   "load_after": after}
             results.append(row)
-            print(f"{model_name:>9} d={hidden:<3} round {round_number + 1}: fp32 {row['fp32_sequences_per_s']:6.1f}, "
+            print(f"{model_name:>9} d={hidden:<3} round {number}: fp32 {row['fp32_sequences_per_s']:6.1f}, "
                   f"bf16 {row['bf16_sequences_per_s']:6.1f} seq/s, ratio {row['bf16_over_fp32']:.3f} "
                   f"(load {before} -> {row['load_after']})", flush=True)
     return results

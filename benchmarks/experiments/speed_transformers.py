@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -59,6 +60,17 @@ def synthetic(name: str, seed: int = 0) -> SequenceData:
 def load_average() -> list[float]:
     """The machine's load over the last 1, 5 and 15 minutes, recorded beside every measurement of the lab."""
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def interleaved_rounds(rounds: int, modes: tuple, measure: Callable) -> Iterator[tuple]:
+    """``rounds`` rounds of ``measure(mode)`` for each of ``modes``, the order reversed every other round, so that each
+    mode goes first as often as the other and both see the same machine load. Yields per round its number (from 1),
+    its order, the measurements by mode, and the load average before and after it."""
+    for number in range(1, rounds + 1):
+        order = tuple(modes) if number % 2 else tuple(modes)[::-1]
+        before = load_average()
+        measured = {mode: measure(mode) for mode in order}
+        yield number, order, measured, before, load_average()
 
 
 def user_sample(data: SequenceData, users: int, seed: int = 0) -> SequenceData:
