@@ -132,6 +132,11 @@ def test_a_kept_probe_folder_is_restored_with_its_rows_and_a_resume_skips_its_jo
     capsys.readouterr()
     assert converge_reference.main(["--keep", str(tmp_path / "probe-bprmf"), "--output", str(tmp_path / "ref")]) == 0
     assert "(2 rows; 1 per-user files kept)" in capsys.readouterr().out
+    # a copy no row names any more (its job run again under another key) goes; the rows' own copies stay
+    (kept_copies / "bprmf-of-an-older-key.npz").write_bytes(b"stale")
+    assert converge_reference.main(["--keep", str(tmp_path / "probe-bprmf"), "--output", str(tmp_path / "ref")]) == 0
+    assert "(2 rows; 1 per-user files kept, 1 of rows no longer in the reference removed)" in capsys.readouterr().out
+    assert sorted(path.name for path in kept_copies.iterdir()) == [name.split("/")[-1] for name in names]
     assert converge_reference.main(["--keep", str(tmp_path / "probe-bprmf"), "--output", str(tmp_path / "new")]) == 0
     assert "(2 rows; 1 per-user files kept, 1 missing from the folder)" in capsys.readouterr().out
     capsys.readouterr()

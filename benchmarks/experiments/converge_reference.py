@@ -320,16 +320,23 @@ def per_user_copies(reference: Path) -> Path:
 
 def keep_per_user(rows: list[dict], folder: Path, reference: Path) -> str:
     """Copy the per-user files of ``rows`` that ``folder`` still holds to :func:`per_user_copies` of ``reference``:
-    the report's paired tests over users read them, and the folder is lost with its machine. Says how many."""
-    copied, missing = 0, []
+    the report's paired tests over users read them, and the folder is lost with its machine. Copies of rows the
+    reference no longer holds (a job run again under another key) are removed, so that the copies follow the rows
+    instead of only growing. Says how many."""
+    copied, missing, copies = 0, [], per_user_copies(reference)
+    names = {Path(row["per_user_file"]).name for row in rows if row.get("per_user_file")}
     for row in rows:
         name = row.get("per_user_file")
         if name and (folder / name).is_file():
-            write_atomic(per_user_copies(reference) / Path(name).name, (folder / name).read_bytes())
+            write_atomic(copies / Path(name).name, (folder / name).read_bytes())
             copied += 1
-        elif name and not (per_user_copies(reference) / Path(name).name).is_file():  # nor kept before
+        elif name and not (copies / Path(name).name).is_file():  # nor kept before
             missing.append(Path(name).name)
-    return f"{copied} per-user files kept" + (f", {len(missing)} missing from the folder" if missing else "")
+    stale = [path for path in copies.glob("*") if path.is_file() and path.name not in names] if copies.is_dir() else []
+    for path in stale:
+        path.unlink()
+    return (f"{copied} per-user files kept" + (f", {len(missing)} missing from the folder" if missing else "")
+            + (f", {len(stale)} of rows no longer in the reference removed" if stale else ""))
 
 
 def restore_per_user(rows: list[dict], reference: Path, folder: Path) -> int:
