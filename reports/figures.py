@@ -277,7 +277,7 @@ def _curves_figure(folder: Path, name: str, lines: list[tuple[Row, str]], style:
     named in a second legend, and the time axis is logarithmic, so that the fast device's lines are not squeezed
     against zero."""
     metrics = sorted({str(row.get("valid_metric", _valid_key(row)[len("valid_"):])) for row, _ in lines})
-    counts = Counter(str(row.get("device") or "device not recorded") for row, _ in lines)
+    counts = Counter(names.device_name(row.get("device")) for row, _ in lines)
     devices = sorted(counts, key=lambda device: (-counts[device], device))
     several = len(devices) > 1
     dash = {device: DEVICE_LINESTYLES[i % len(DEVICE_LINESTYLES)] for i, device in enumerate(devices)}
@@ -286,7 +286,7 @@ def _curves_figure(folder: Path, name: str, lines: list[tuple[Row, str]], style:
         key = _valid_key(row)
         points = [r for r in row.get("curve") if key in r]
         colour, marker = style[line_group]
-        linestyle = dash[str(row.get("device") or "device not recorded")]
+        linestyle = dash[names.device_name(row.get("device"))]
         for ax, x_key in zip(axes, ("epoch", "seconds")):
             ax.plot([p[x_key] for p in points], [p[key] for p in points], color=colour, marker=marker,
                     markersize=4, alpha=0.85, linestyle=linestyle)

@@ -73,6 +73,12 @@ def model_name(model: str) -> str:
     return MODELS.get(model, model)
 
 
+def device_name(device: object) -> str:
+    """A row's recorded device as tables and figures print it. Rows written before the provenance's grammar was
+    fixed say "cpu (1 threads, ..."; the stored text stays as recorded, the reports say "1 thread"."""
+    return re.sub(r"\(1 threads\b", "(1 thread", str(device)) if device else "device not recorded"
+
+
 def dataset_name(dataset: str) -> str:
     return DATASETS.get(dataset, dataset)
 

@@ -92,7 +92,8 @@ def device_note(rows: list[Row], name_of) -> list[str]:
     ones, are left out of the count)."""
     by_kind = defaultdict(lambda: defaultdict(list))  # "cuda" -> its full device texts -> their rows
     for row in rows:
-        if device := str(row.get("device") or ""):
+        if row.get("device"):
+            device = names.device_name(row.get("device"))
             by_kind[device.split(" (")[0]][device].append(row)
     if len(by_kind) < 2:
         return []

@@ -762,6 +762,14 @@ def test_curves_from_two_devices_say_which_is_which_and_take_a_log_time_axis(tmp
     assert [[text.get_text() for text in legend.get_texts()] for legend in fig.legends] == [
         ["default", "h=4"], ["cpu (2 threads)", "cuda (NVIDIA H200)"]]
 
+    # a row recorded before the provenance said "1 thread" is named in the reports' grammar, its file untouched
+    drawn.clear()
+    old = [{**row, "device": "cpu (1 threads, x86_64)"} if row["variant"] == "default" else row for row in rows]
+    figures.ablation_curve_figures(load_results(write_results(tmp_path, old)), tmp_path)
+    assert [text.get_text() for text in drawn["ablation_curves_ml-1m_bert4rec"].legends[1].get_texts()] == [
+        "cpu (1 thread, x86_64)", "cuda (NVIDIA H200)"]
+    assert '"cpu (1 threads, x86_64)"' in (tmp_path / "results.jsonl").read_text()
+
     drawn.clear()
     same = [{**row, "device": "cpu (2 threads)"} for row in rows]
     figures.ablation_curve_figures(load_results(write_results(tmp_path, same)), tmp_path)
