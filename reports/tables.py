@@ -171,16 +171,14 @@ def _marks(test: PairedTest, alpha: float) -> str:
     return (T_MARK if test.t_pvalue < alpha else "") + (W_MARK if test.wilcoxon_pvalue < alpha else "")
 
 
-def significance_note(alpha: float, comparisons: int, between: str, marked_on: str = "the better of the two",
-                      untested: list[str] = ()) -> str:
+def significance_note(alpha: float, comparisons: int, between: str, marked_on: str = "the better of the two") -> str:
     if not comparisons:  # e.g. rows restored without their per-user files: say so, not "0 comparisons"
         return f"No {T_MARK} or {W_MARK} marks: no paired test between {between} could be run here."
     return (f"{T_MARK}: paired t-test, {W_MARK}: Wilcoxon signed-rank test (two-sided, paired over users) between "
             f"{between}, marked on {marked_on} where p < {alpha:g} after Holm's correction for the "
             f"{comparisons} comparison{'s' if comparisons != 1 else ''} of this table: the two trained models differ "
             f"on these users, which says nothing of how far another seed would move them. With several seeds each "
-            f"user's values are averaged over seeds before pairing."
-            + (f" Not tested (per-user files missing): {', '.join(untested)}." if untested else ""))
+            f"user's values are averaged over seeds before pairing.")
 
 
 def improvement(cells: dict[str, Cell]) -> Cell:
@@ -497,20 +495,28 @@ def _ablation_tests(tested: list[tuple[str, Cell, list[Row], list[Row]]], per_us
                     alpha: float) -> list[str]:
     """Mark each variant's cell of ``tested`` (its name, cell, rows and its default's rows) where the variant
     differs from its default, paired over users, Holm-adjusted over the table's tests; the note that says so.
-    Nothing when the table has no variant beside a default."""
-    made, untested = [], []
+    Nothing when the table has no variant beside a default. A pair without its per-user files is named in the note,
+    and where the default's are the ones missing, the note says so once instead of naming every variant."""
+    made, untested, default_missing = [], [], False
     for name, cell, variant, default in tested:
         test = per_user.compare(variant, default, metric) if variant and default else None
         if test is not None:
             made.append((cell, test))
+        elif variant and default and per_user.averaged(default, metric) is None:
+            default_missing = True
         elif variant and default:
             untested.append(name)
     for (cell, _), test in zip(made, holm_tests([test for _, test in made])):
         cell.marks = _marks(test, alpha)
-    if not made and not untested:
+    if not made and not untested and not default_missing:
         return []
-    return [significance_note(alpha, len(made), "each variant and its default", "the variant",
-                              list(dict.fromkeys(untested)))]
+    notes = [significance_note(alpha, len(made), "each variant and its default", "the variant")]
+    if default_missing:
+        notes.append("Not tested: the default's per-user files are missing (rows restored from a reference file "
+                     "without them), so no variant could be paired with it.")
+    if untested:
+        notes.append(f"Not tested (per-user files missing): {', '.join(dict.fromkeys(untested))}.")
+    return notes
 
 
 def _removed_notes(models: list[str], variants: list[str]) -> list[str]:

@@ -346,6 +346,24 @@ def test_ablation_table_tests_each_variant_against_its_default_over_users(fixtur
     assert "between each variant and its default" in text and "for the 3 comparisons of this table" in text
 
 
+def test_ablation_table_says_which_rows_could_not_be_tested_and_why(tmp_path):
+    """Rows restored from a reference file without their per-user counts cannot be paired: where the default's are
+    missing, the note says so once (no variant can be tested); where a variant's are, that variant is named."""
+    def table(folder, without):
+        rows = [ranking_row(folder, "ml-1m", "bert4rec", 0, study="ablation", variant=variant,
+                            with_per_user=variant not in without) for variant in ("default", "w/o PE", "L=1")]
+        generate_report(write_results(folder, rows), protocols=["pop100"])
+        return (folder / "tables" / "table5_ablation_pop100.md").read_text()
+
+    no_default = table(tmp_path / "a", {"default"})
+    assert "No † or ‡ marks: no paired test between each variant and its default could be run here." in no_default
+    assert "Not tested: the default's per-user files are missing" in no_default
+    assert "Not tested (per-user files missing)" not in no_default
+    no_variant = table(tmp_path / "b", {"w/o PE"})
+    assert "for the 1 comparison of this table" in no_variant
+    assert "Not tested (per-user files missing): w/o PE." in no_variant and "the default's" not in no_variant
+
+
 def test_ablation_table_sets_the_papers_relative_drops_beside_ours(fixture_report):
     """Table 5 is read as drops against the default row: the paper's column gives its own (ML-1m, d = 64, pop100:
     .4759 default, w/o PE .2155 is −54.7% and marked, L=1 .4412 is −7.3%, h=4 .4770 is +0.2%)."""
