@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+import recbench.models.bert4rec as bert4rec_module
+import recbench.models.sasrec as sasrec_module
 import recbench.models.transformer_fast as transformer_fast
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
-from recbench.datasets.sequences import Histories, LeaveOneOutSplit
+from recbench.datasets.sequences import Histories, LeaveOneOutSplit, SequenceData
 from recbench.models.pop import Pop
 from recbench.models.sasrec import SASRec, SASRecCE, SASRecConfig
 from recbench.models.transformer import EncoderConfig, SequenceEncoder, sliding_windows, window_matrix
@@ -473,3 +475,37 @@ def test_bert4rec_relevance_config_errors_say_what_to_fix(changes, message):
 def test_encoder_config_rejects_unknown_choices():
     with pytest.raises(ValueError, match=re.escape("positions='left' must be one of start, end")):
         EncoderConfig(vocab_size=10, max_len=5, positions="left")
+
+
+# ------------------------------------------------------------------------------------------ padding trimmed off
+SHORT = histories([[3, 7, 1], [5, 2], [40, 4, 9, 12]])  # 8 of 12 columns are padding in every row
+
+
+def without_trimming(monkeypatch):
+    for module in (bert4rec_module, sasrec_module):
+        monkeypatch.setattr(module, "trim_padding", lambda *tensors: tensors)
+
+
+@pytest.mark.parametrize("model,changes", [("bert4rec", {"positions": "start"}), ("bert4rec", {"positions": "end"}),
+                                           ("sasrec", {}), ("sasrec-ce", {})])
+def test_trimming_the_padding_columns_leaves_the_scores_as_they_are(monkeypatch, model, changes):
+    """trim_padding's promise (work changes, results do not), under both position schemes: the scores of a batch
+    of short histories with its all-padding columns dropped equal those computed over the whole width."""
+    m = small(model, **changes)
+    trimmed = m.score(torch.arange(3), SHORT, None)
+    without_trimming(monkeypatch)
+    assert torch.allclose(m.score(torch.arange(3), SHORT, None), trimmed, atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["sasrec", "sasrec-ce"])
+def test_trimming_the_padding_columns_leaves_the_training_loss_as_it_is(monkeypatch, model):
+    """The same for a training step's loss (dropout off, the same generator: SASRec's negatives are drawn per
+    non-padding position, so trimming does not move them)."""
+    m = small(model, dropout=0.0, attention_dropout=0.0)
+    data = SequenceData.from_sequences("short", [np.array(s) for s in ([3, 7, 1], [5, 2, 8], [40, 4, 9, 12])], 40)
+    batch = m.training_examples(LeaveOneOutSplit(data).train())
+    m.train()
+    trimmed = m.loss(batch, torch.Generator().manual_seed(0))
+    without_trimming(monkeypatch)
+    assert torch.allclose(m.loss(batch, torch.Generator().manual_seed(0)), trimmed, atol=1e-6)
+
