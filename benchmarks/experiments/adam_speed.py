@@ -72,8 +72,8 @@ def rounds(args, dataset: str, data, train) -> list[dict]:
         model, examples, settings = build(model_name, dataset, data, train, args.seed)
         parameters = sum(p.numel() for p in model.parameters())
         timings = []
-        def step_seconds(fused, model=model, examples=examples, batch=settings.batch_size):
-            return seconds_per_step(copy.deepcopy(model), examples, batch, fused=fused)
+        def step_seconds(fused):  # called within this iteration: the closure sees this model
+            return seconds_per_step(copy.deepcopy(model), examples, settings.batch_size, fused=fused)
 
         for number, order, seconds, before, after in interleaved_rounds(args.rounds, (False, True), step_seconds):
             timings.append({"round": number, "order": ["fused" if f else "loop" for f in order],

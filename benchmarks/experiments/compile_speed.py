@@ -62,7 +62,7 @@ def speed_rounds(args, data, train, device: torch.device) -> list[dict]:
     for model_name in args.models:
         batch = resolve(model_name, "ml-1m", "converge").train.batch_size
         timed = train.subset(np.sort(rng.choice(len(train), min(len(train), args.batches * batch), replace=False)))
-        def passes(mode, model_name=model_name, timed=timed):
+        def passes(mode):  # called within this iteration: the closure sees this model
             return two_passes(model_name, mode, data, timed, device, args.seed)
 
         for number, order, measured, before, after in interleaved_rounds(args.rounds, MODES, passes):

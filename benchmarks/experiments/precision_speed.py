@@ -63,7 +63,7 @@ def speed_rounds(args, data, train) -> list[dict]:
     for model_name, hidden in CASES:
         batch = resolve(model_name, "ml-1m", "converge").train.batch_size
         timed = train.subset(np.sort(rng.choice(len(train), args.batches * batch, replace=False)))
-        def fit(precision, model_name=model_name, hidden=hidden, timed=timed):
+        def fit(precision):  # called within this iteration: the closure sees this case
             return timed_fit(model_name, hidden, precision, data, timed, args.seed)
 
         for number, order, measured, before, after in interleaved_rounds(args.rounds, ("fp32", "bf16"), fit):
@@ -75,7 +75,7 @@ def speed_rounds(args, data, train) -> list[dict]:
             results.append(row)
             print(f"{model_name:>9} d={hidden:<3} round {number}: fp32 {row['fp32_sequences_per_s']:6.1f}, "
                   f"bf16 {row['bf16_sequences_per_s']:6.1f} seq/s, ratio {row['bf16_over_fp32']:.3f} "
-                  f"(load {before} -> {row['load_after']})", flush=True)
+                  f"(load {before} -> {after})", flush=True)
     return results
 
 
