@@ -1,10 +1,13 @@
-"""The tables a grid prints when it ends and writes to ``table.md``: one per dataset and protocol, metrics × models
-(mean ± sample standard deviation over seeds, as in the report) of the main grid's rows. The full report
-(``reports.report``) builds the paper's tables from the same rows."""
+"""The tables a grid prints when it ends and writes to ``table.md``: per dataset, one table of the accuracy metrics
+per protocol (metrics × models, mean ± sample standard deviation over seeds, as in the report) of the main grid's
+rows, the answer a run is for, and beneath them one table of the beyond-accuracy metrics of the top-k lists
+(Coverage, Gini, ARP, APLT, Novelty, Personalization), which describe the lists rather than the target's rank. The
+full report (``reports.report``) builds the paper's tables from the same rows."""
 from __future__ import annotations
 
 from tabulate import tabulate
 
+from recbench.benchmarks.metrics import is_list_metric
 from recbench.benchmarks.store import LEAVE_ONE_OUT, split_scheme
 from recbench.reports.stats import seed_summary
 
@@ -14,22 +17,30 @@ SMOKE_NOTE = ("> **Smoke profile: installation check, not the paper's settings.*
 
 
 def main_tables(rows: list[dict]) -> str:
-    """Paper-style tables (metrics × models) in Markdown, one per dataset and protocol; smoke-profile results say
-    that they only check the installation."""
+    """Paper-style tables (metrics × models) in Markdown: per dataset, the accuracy metrics of each protocol, then
+    the beyond-accuracy metrics beneath them; smoke-profile results say that they only check the installation."""
     blocks = [SMOKE_NOTE] if any(row.get("profile") == "smoke" for row in rows) else []
     for dataset in dict.fromkeys(row["dataset"] for row in rows):
-        for protocol in dict.fromkeys(row["protocol"] for row in rows if row["dataset"] == dataset):
-            chosen = [r for r in rows if r["dataset"] == dataset and r["protocol"] == protocol and r["study"] == "main"]
-            if chosen:
-                blocks.append(_table(dataset, protocol, chosen))
+        chosen = {protocol: [r for r in rows if r["dataset"] == dataset and r["protocol"] == protocol
+                             and r["study"] == "main"]
+                  for protocol in dict.fromkeys(row["protocol"] for row in rows if row["dataset"] == dataset)}
+        for beyond in (False, True):  # accuracy first, for every protocol; the lists' metrics beneath
+            blocks += [table for protocol, found in chosen.items() if found
+                       and (table := _table(dataset, protocol, found, beyond))]
     return "\n\n".join(blocks) + "\n"
 
 
-def _table(dataset: str, protocol: str, rows: list[dict]) -> str:
+def _table(dataset: str, protocol: str, rows: list[dict], beyond: bool) -> str | None:
+    """The accuracy metrics of ``rows`` (``beyond`` False) or their beyond-accuracy metrics (True); None where the
+    rows have none of them (the sampled protocols have no beyond-accuracy metrics)."""
     models = list(dict.fromkeys(r["model"] for r in rows))
-    table = []
     # Every metric any row has: rows written before a metric existed (a resumed folder) leave its cell a gap.
-    for metric in dict.fromkeys(metric for r in rows for metric in r["metrics"]):
+    metrics = [metric for metric in dict.fromkeys(metric for r in rows for metric in r["metrics"])
+               if is_list_metric(metric) == beyond]
+    if not metrics:
+        return None
+    table = []
+    for metric in metrics:
         cells = [metric]
         for name in models:
             values = [r["metrics"][metric] for r in rows if r["model"] == name and metric in r["metrics"]]
@@ -40,6 +51,7 @@ def _table(dataset: str, protocol: str, rows: list[dict]) -> str:
     seeds = len({r["seed"] for r in rows})
     temporal = ", temporal split" if any(split_scheme(r) != LEAVE_ONE_OUT for r in rows) else ""
     spread = f"{seeds} seeds, mean ± sample std" if seeds > 1 else "1 seed"
-    title = f"### {dataset} — protocol `{protocol}` ({spread}, test split{temporal})"
+    what = " — beyond accuracy: the users' top-k lists" if beyond else ""
+    title = f"### {dataset} — protocol `{protocol}`{what} ({spread}, test split{temporal})"
     return title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github", disable_numparse=True,
                                      colalign=("left",) + ("right",) * len(models))

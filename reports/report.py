@@ -22,12 +22,15 @@ MAX_LISTED_PROBLEMS = 10  # per-user problems listed in the report before "and N
 MAX_LISTED_JOBS = 10  # unfinished jobs listed before "and N more"
 
 
-def _build_tables(results: ResultSet, protocols: list[str], alpha: float) -> tuple[list[Table], list[str]]:
+def _build_tables(results: ResultSet, protocols: list[str], alpha: float,
+                  beyond: Table | None) -> tuple[list[Table], list[str]]:
+    """The tables in the report's order: Table 2's accuracy per protocol first, ``beyond`` (the beyond-accuracy
+    metrics of the top-k lists) beneath them, then the paper's other tables."""
     built, notes = [], []
     per_user = PerUser(results.folder)
     built.append(tables.dataset_table(results))
     main = [tables.main_table(results, protocol, per_user, alpha) for protocol in protocols]
-    built += main
+    built += [*main, beyond]
     if not any(main):
         notes.append("Table 2 skipped: no main-grid ranking results (study == \"main\").")
     published, source = load_published()
@@ -221,7 +224,7 @@ def _split_section(results: ResultSet, table_dir: Path, figure_dir: Path,
     tables it wrote, and notes for "Skipped or incomplete" when it has nothing to show."""
     per_user = PerUser(results.folder)
     built, notes = splits.split_tables(results, per_user, alpha)
-    if not built:
+    if not splits.section_rows(results):
         return [], [], notes
     for table in built:
         write_table(table, table_dir)
@@ -260,7 +263,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
     table_dir, figure_dir = results_dir / "tables", results_dir / "figures"
     paper, split_notes = _paper_split(results)
     notes += split_notes
-    built, table_notes = _build_tables(paper, present, alpha)
+    built, table_notes = _build_tables(paper, present, alpha, splits.beyond_accuracy_table(results))
     notes += table_notes + unfinished
     for table in built:
         write_table(table, table_dir)

@@ -6,10 +6,11 @@ From the main grid's full-ranking rows, grouped by their split scheme (``Row.spl
 - the models side by side under both splits: HR@10 and NDCG@10, each model's place in each split's ordering, and
   paired tests between neighbours of one ordering, Holm-corrected over the table;
 - Kendall's τ between the two orderings of each dataset's models;
-- the beyond-accuracy metrics of every model's top 10 under each split.
+- the beyond-accuracy metrics of every model's top 10 under each split (:func:`beyond_accuracy_table`, which the
+  report sets beneath Table 2: the lists' table of every run, whatever its splits).
 
-With rows of one split only, the side-by-side tables are skipped with a note and the beyond-accuracy table
-stands alone. The figure of NDCG@10 against ARP@10 is :func:`reports.figures.popularity_figures`.
+With rows of one split only, the side-by-side tables are skipped with a note. The figure of NDCG@10 against ARP@10
+is :func:`reports.figures.popularity_figures`.
 """
 from __future__ import annotations
 
@@ -231,5 +232,6 @@ def split_tables(results: ResultSet, per_user: PerUser, alpha: float = 0.01) -> 
         notes.append(f"The {' and '.join(map(names.split_name, absent))} split has no rows here, so the models are not "
                      f"set side by side and no Kendall's τ is given (a run with `--split "
                      f"{absent[0]}` adds them).")
-    built = [side_by_side_table(results, per_user, alpha), kendall_table(results), beyond_accuracy_table(results)]
+    # the beyond-accuracy table stands beneath Table 2 (reports.report), not in this section
+    built = [side_by_side_table(results, per_user, alpha), kendall_table(results)]
     return [table for table in built if table is not None], notes

@@ -1144,3 +1144,27 @@ def test_the_console_table_shows_the_same_sample_standard_deviation_over_seeds_a
     # mean .2; sample std sqrt(((.1 - .2)² + (.3 - .2)²) / (2 - 1)) = .1414 (the population std would be .1000)
     assert ndcg.split("|")[2].strip() == "0.2000 ± 0.1414"
     assert "(2 seeds, mean ± sample std, test split)" in text
+
+
+def test_the_console_shows_accuracy_first_and_the_lists_metrics_in_a_table_of_their_own_beneath(tmp_path):
+    """The answer a run is for comes first: every protocol's accuracy table of a dataset, then one table of the
+    beyond-accuracy metrics (full ranking only) beneath them, which hold no accuracy metric."""
+    from recbench.reports.console import main_tables
+
+    full = [hand_split_row(tmp_path, "leave-one-out", model) for model in ("pop", "sasrec")]
+    sampled = [{**row, "protocol": "pop100", "metrics": {"HR@10": 0.5, "NDCG@10": 0.3}} for row in full]
+    text = main_tables(full + sampled)
+    titles = [line for line in text.splitlines() if line.startswith("### ")]
+    assert [title.split("`")[1] for title in titles] == ["full", "pop100", "full"]
+    assert "beyond accuracy" not in titles[0] + titles[1] and "beyond accuracy" in titles[2]
+    accuracy, beyond = text.split(titles[2])
+    assert "| NDCG@10" in accuracy and not any(f"| {metric}" in accuracy for metric in BEYOND)
+    assert all(f"| {metric}" in beyond for metric in BEYOND) and "| NDCG@10" not in beyond
+
+
+def test_the_report_sets_the_lists_table_beneath_table_2(tmp_path):
+    report = generate_report(split_folder(tmp_path, splits=("leave-one-out",))).read_text()
+    headings = [line for line in report.splitlines() if line.startswith("### ")]
+    table2 = next(i for i, line in enumerate(headings) if "Table 2:" in line)
+    assert "What the top 10 lists show" in headings[table2 + 1]
+    assert "Coverage@10" not in report.split(headings[table2])[1].split(headings[table2 + 1])[0]
