@@ -168,7 +168,8 @@ class ResultStore:
         self.invocation_id: str | None = None
 
     @contextmanager
-    def _locked(self):
+    def locked(self):
+        """The folder's exclusive lock, held while a change re-reads and rewrites its files."""
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.folder / "results.jsonl.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -193,31 +194,19 @@ class ResultStore:
     def commit(self, key: str, rows: list[dict], files: dict) -> None:
         """Record a finished job: its files first, then its rows in place of any earlier rows of the same key
         (the newest at the end of the file), in one atomic rewrite."""
-        with self._locked():
+        with self.locked():
             for relative, content in files.items():
                 write_atomic(self.folder / relative, npz_bytes(content) if isinstance(content, dict) else content)
             kept = [row for row in read_results(self.path) if row.get("key") != key]
             write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in [*kept, *rows]))
             self._rewrite_failures(lambda failure: failure["key"] != key)
 
-    def adopt(self, rows: list[dict], manifest: list[dict]) -> None:
-        """Fill a folder that holds no rows yet with rows written elsewhere (a reference file's) and the manifest
-        lines that say where they came from, appended under the lock: a run started in the folder beforehand keeps
-        its own lines and writes its rows after these. Refused (FileExistsError) where the folder already holds rows;
-        a ``results.jsonl`` that is not JSON Lines is the ValueError of ``read_results``."""
-        with self._locked():
-            if read_results(self.path):
-                raise FileExistsError(f"{self.path} already holds results; adopting rows needs a folder without any")
-            write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in rows))
-            for entry in manifest:
-                self._append_manifest(entry)
-
     def record_failure(self, outcome) -> None:
         """Record the failed last attempt of a job (replacing an earlier failure of the same key)."""
         failure = {"key": outcome.key, "run_id": outcome.run_id, "error_type": outcome.error_type,
                    "error": outcome.error, "traceback": outcome.traceback, "seconds": outcome.seconds,
                    "invocation": self.invocation_id, "created": now()}
-        with self._locked():
+        with self.locked():
             self._rewrite_failures(lambda old: old["key"] != outcome.key, failure)
 
     @property
@@ -240,12 +229,12 @@ class ResultStore:
         is ``run`` (``pending``), ``reuse`` (``reused``: rows copied from another folder) or ``skip``."""
         self.invocation_id = f"{now()}-{socket.gethostname()}-{os.getpid()}"
         jobs = [job.describe() for job in planned]
-        with self._locked():
-            self._append_manifest({"event": "start", "invocation": self.invocation_id, "time": now(),
-                                   **invocation, "jobs": [{"key": job["key"], "run_id": job["run_id"],
-                                                           "action": "run" if job["key"] in pending else
-                                                           "reuse" if job["key"] in reused else "skip"}
-                                                          for job in jobs]})
+        with self.locked():
+            self.append_manifest({"event": "start", "invocation": self.invocation_id, "time": now(),
+                                  **invocation, "jobs": [{"key": job["key"], "run_id": job["run_id"],
+                                                          "action": "run" if job["key"] in pending else
+                                                          "reuse" if job["key"] in reused else "skip"}
+                                                         for job in jobs]})
             config = json.loads(self.config_path.read_text()) if self.config_path.exists() else {}
             known = {job.get("key"): job for job in config.get("jobs", []) if isinstance(job, dict)}
             known.update({job["key"]: job for job in jobs})
@@ -256,14 +245,15 @@ class ResultStore:
 
     def end_invocation(self, result) -> None:
         """Append what became of the invocation's jobs to ``manifest.jsonl``."""
-        with self._locked():
-            self._append_manifest({"event": "end", "invocation": self.invocation_id, "time": now(),
-                                   "finished": [o.key for o in result.finished],
-                                   "failed": [o.key for o in result.failed],
-                                   "skipped": [job.key for job in result.skipped],
-                                   "interrupted": result.interrupted})
+        with self.locked():
+            self.append_manifest({"event": "end", "invocation": self.invocation_id, "time": now(),
+                                  "finished": [o.key for o in result.finished],
+                                  "failed": [o.key for o in result.failed],
+                                  "skipped": [job.key for job in result.skipped],
+                                  "interrupted": result.interrupted})
 
-    def _append_manifest(self, entry: dict) -> None:
+    def append_manifest(self, entry: dict) -> None:
+        """Append ``entry`` to ``manifest.jsonl`` (under :meth:`locked`, which the caller holds)."""
         with open(self.manifest_path, "a") as manifest:
             manifest.write(json.dumps(entry, default=str) + "\n")
             manifest.flush()

@@ -8,8 +8,8 @@ every invocation of ``manifest.jsonl`` that trained a job of the folder (time, c
 over its seeds (test NDCG@10 and HR@10 under ``pop100`` and ``full``, mean and std; epochs, best epoch, training
 hours, precision, patience, why each seed stopped and where half its patience would have stopped it, read off its own
 curve: :func:`shorter_patience`) and the rows themselves, validation curves included. From the folders, and the
-reference files of the datasets not given, it writes ``results/reference/converge/reproduced.{md,tex}`` and puts its
-table in README.md under "Reproduced here" (where it writes to ``results/reference``): our pop100 NDCG@10 and HR@10
+reference files of the datasets not given, it writes ``results/reference/converge/reproduced.{md,tex}`` and prints its
+table (it writes no document: ``python -m reports`` reads the reference files): our pop100 NDCG@10 and HR@10
 beside the published row each is held against (the report's own rule, :func:`reports.tables.published_anchor`: Table
 5's default row for BERT4Rec at d = 64, its HR@10 from Table 4's column of the same configuration; Table 2 otherwise)
 and their ratio, our full-ranking NDCG@10, and whether early stopping ended every seed (a run that a budget or a cap
@@ -58,7 +58,7 @@ import numpy as np
 
 from recbench.benchmarks.config import resolve
 from recbench.benchmarks.estimate import reference_path, reference_paths
-from recbench.benchmarks.store import ResultStore, now, write_atomic
+from recbench.benchmarks.store import ResultStore, now, read_results, write_atomic
 from recbench.benchmarks.trainer import improves, patience_spent
 from recbench.models import is_registered
 from recbench.reports import names
@@ -303,7 +303,7 @@ def restore(reference: Path, folder: Path) -> int:
                 for run in runs]
     manifest.append({"event": "restore", "time": now(), "from": str(reference), "rows": len(rows)})
     try:
-        ResultStore(folder).adopt(rows, manifest)
+        adopt(ResultStore(folder), rows, manifest)
     except ValueError as error:  # its results.jsonl is not JSON Lines: the line to fix
         sys.exit(str(error))
     except FileExistsError:
@@ -311,6 +311,19 @@ def restore(reference: Path, folder: Path) -> int:
                  f"(or one whose run has not finished a job yet)")
     restore_per_user(rows, reference, folder)
     return len(rows)
+
+
+def adopt(store: ResultStore, rows: list[dict], manifest: list[dict]) -> None:
+    """Fill ``store``'s folder, which holds no rows yet, with rows written elsewhere (a reference file's) and the
+    manifest lines that say where they came from, appended under the folder's lock: a run started in the folder
+    beforehand keeps its own lines and writes its rows after these. Refused (FileExistsError) where the folder already
+    holds rows; a ``results.jsonl`` that is not JSON Lines is the ValueError of ``read_results``."""
+    with store.locked():
+        if read_results(store.path):
+            raise FileExistsError(f"{store.path} already holds results; adopting rows needs a folder without any")
+        write_atomic(store.path, "".join(json.dumps(row) + "\n" for row in rows))
+        for entry in manifest:
+            store.append_manifest(entry)
 
 
 def per_user_copies(reference: Path) -> Path:
@@ -357,15 +370,6 @@ def table_lines(markdown: str) -> list[str]:
     start = next(number for number, line in enumerate(lines) if line.startswith("|"))
     end = next((number for number in range(start, len(lines)) if not lines[number].startswith("|")), len(lines))
     return lines[start:end]
-
-
-def update_readme(readme: Path, table_md: Path) -> None:
-    """Put the table of ``table_md`` in place of the one under README.md's "Reproduced here" heading, so that the
-    README never shows rows other than the reference files'."""
-    text = readme.read_text()
-    heading = text.index("\n## Reproduced here\n")
-    old = "\n".join(table_lines(text[heading:]))
-    write_atomic(readme, text[:heading] + text[heading:].replace(old, "\n".join(table_lines(table_md.read_text())), 1))
 
 
 def load_converge(folder: Path) -> tuple[str, ResultSet]:
@@ -503,9 +507,7 @@ def main(argv=None) -> int:
         ordered = [profiles[dataset] for dataset in names.order_datasets(profiles)]
         md, tex = write_table(reproduced_table(ordered, published, chosen), args.output / "converge")
     print(f"written: {md}, {tex}" + (f" (with {', '.join(path.name for path in others.values())})" if others else ""))
-    if args.output.resolve() == (ROOT / "results" / "reference").resolve():
-        update_readme(ROOT / "README.md", md)
-        print(f"written: {ROOT / 'README.md'} (its Reproduced here table)")
+    print("\n".join(table_lines(md.read_text())))
     return 0
 
 

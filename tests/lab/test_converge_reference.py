@@ -212,20 +212,22 @@ def test_the_table_keeps_every_dataset_with_a_reference_file_when_one_folder_is_
     assert [line.split("|")[1].strip() for line in table[2:]].index("ML-1m") > 0  # the paper's order: Beauty first
 
 
-def test_the_readmes_table_is_the_reference_table_and_its_update_touches_nothing_else(tmp_path):
+def test_writing_the_references_prints_the_table_and_touches_no_document(tmp_path, capsys):
+    """The lab writes results files only: the table goes to the console and to results/reference/converge/, never
+    into README.md or another document of the checkout."""
     from benchmarks.experiments import converge_reference
 
-    reference = converge_reference.ROOT / "results" / "reference" / "converge" / "reproduced.md"
-    readme = converge_reference.ROOT / "README.md"
-    shown = converge_reference.table_lines(readme.read_text()[readme.read_text().index("## Reproduced here"):])
-    assert shown == converge_reference.table_lines(reference.read_text()), \
-        "README's Reproduced here table differs from the reference: run converge_reference on the results folders"
-    copy = tmp_path / "README.md"
-    copy.write_text("# T\n\n| a |\n|---|\n\n## Reproduced here\n\nSo far:\n\n| old |\n|-----|\n| 1 |\n\nAfter.\n")
-    (tmp_path / "new.md").write_text("**Title**\n\n| new |\n|-----|\n| 2 |\n| 3 |\n\nNotes.\n")
-    converge_reference.update_readme(copy, tmp_path / "new.md")
-    assert copy.read_text() == ("# T\n\n| a |\n|---|\n\n## Reproduced here\n\nSo far:\n\n"
-                                "| new |\n|-----|\n| 2 |\n| 3 |\n\nAfter.\n")
+    reference = converge_reference.ROOT / "results" / "reference"
+    documents = {path: path.stat().st_mtime_ns for path in converge_reference.ROOT.rglob("*.md")
+                 if ".git" not in path.parts and not path.is_relative_to(converge_reference.ROOT / "results")}
+    folder = tmp_path / "converge-ml-1m"
+    converge_reference.main(["--restore", str(reference / "converge-ml-1m.json"), str(folder)])
+    capsys.readouterr()
+    assert converge_reference.main([str(folder), "--output", str(tmp_path / "reference")]) == 0
+    printed = capsys.readouterr().out
+    table = converge_reference.table_lines((tmp_path / "reference" / "converge" / "reproduced.md").read_text())
+    assert "\n".join(table) in printed
+    assert {path: path.stat().st_mtime_ns for path in documents} == documents
 
 
 def test_restoring_from_a_file_that_is_no_reference_is_one_line(tmp_path):
@@ -273,7 +275,7 @@ def _variant(tmp_path, name: str, raise_by: dict, **settings):
     start = {"event": "start", "time": "2026-11-28T00:00:00+00:00", "command": ["run_all.py", "--set", name],
              "commit": "c0ffee", "jobs": [{"key": row["key"], "run_id": row["run_id"], "action": "run"}
                                           for row in rows if row["protocol"] == "full"]}
-    ResultStore(tmp_path / name).adopt(rows, [start])
+    converge_reference.adopt(ResultStore(tmp_path / name), rows, [start])
     return tmp_path / name, {seed: profile[seed] for seed in sorted(profile)}
 
 
