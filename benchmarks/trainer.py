@@ -609,6 +609,10 @@ class Trainer:
         steps = batch % FINITE_CHECK_STEPS + 1  # batches since the last check
         losses = recent[:steps].tolist()  # the one wait for the device per check
         for number, value in enumerate(losses, start=batch - steps + 1):
+            if not math.isfinite(value) and epoch == 1 and number == 0:  # before any step: not the learning rate
+                raise FloatingPointError(f"{model.name}: training loss is {value} from the first batch, before any "
+                                         f"optimiser step: loss() itself gives {value} on the initial weights; look "
+                                         f"for a log of 0, a division by 0 or a NaN input in it")
             if not math.isfinite(value):
                 raise FloatingPointError(f"{model.name}: training loss became {value} at epoch {epoch}, batch "
                                          f"{number}; lower the learning rate (now {self.settings.lr})")
