@@ -3,7 +3,7 @@ on the CPU (to float32 and bf16 tolerances) and takes a finite bf16 training ste
 to a useful result on the GPU; the trainer's loop waits for the device once per check, not once per step; the
 evaluator on the device gives the CPU's counts; a CUDA checkpoint resumes on the CPU.
 
-Run with ``python -m pytest -m cuda`` (``python -m benchmarks.gpu_check`` runs it first and saves its output).
+Run with ``python -m pytest -m cuda``, or ``python -m benchmarks.gpu_check``, which names the device first.
 """
 import copy
 import warnings
