@@ -29,7 +29,9 @@ from pathlib import Path
 
 import torch
 
-from recbench.benchmarks.trainer import TrainState, fused_adam, resolve_device, trains_in_bf16
+from recbench.benchmarks.checkpoint import TrainState
+from recbench.benchmarks.device import fused_adam, resolve_device
+from recbench.benchmarks.precision import trains_in_bf16
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 

@@ -26,9 +26,9 @@ from typing import Callable, Iterable, Iterator
 import joblib
 import torch
 
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.jobs import GridError
 from recbench.benchmarks.options import RunOptions
-from recbench.benchmarks.trainer import resolve_device
 from recbench.benchmarks.worker import JobOutcome, run_job
 from recbench.models import model_class, model_origin
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recbench.benchmarks.checkpoint import TrainState, saved_progress
 from recbench.benchmarks.estimate import at_once, duration
 from recbench.benchmarks.execution import Executor
 from recbench.benchmarks.jobs import KEY_VERSION, GridError, GridInterrupted, Job, PlannedJob
@@ -31,7 +32,6 @@ from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid, prepare_negatives
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.store import ResultStore
-from recbench.benchmarks.trainer import TrainState, saved_progress
 from recbench.benchmarks.worker import JobOutcome, JobPayload
 from recbench.datasets import resolve_cache_dir, resolve_data_dir
 

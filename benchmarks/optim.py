@@ -1,5 +1,5 @@
-"""Optimisers and learning-rate schedules the authors' code uses and PyTorch does not ship: BERT's (below) and
-GRU4Rec's Adagrad (:class:`GRU4RecAdagrad`).
+"""The optimiser and learning-rate schedule a run's settings name (:func:`build_optimizer`, :func:`lr_schedule`), and
+those the authors' code uses that PyTorch does not ship: BERT's (below) and GRU4Rec's Adagrad (:class:`GRU4RecAdagrad`).
 
 :class:`AdamWeightDecay` is BERT's ``AdamWeightDecayOptimizer`` (``optimization.py`` of google-research/bert,
 which the BERT4Rec authors' code uses as it is), and :func:`bert_schedule` the learning rate of BERT's
@@ -14,6 +14,8 @@ so the decay (polynomial, power 1) runs to 0 over all T training steps, warm-up 
 from __future__ import annotations
 
 import torch
+
+from recbench.benchmarks.device import fused_adam
 
 
 class AdamWeightDecay(torch.optim.Optimizer):
@@ -78,3 +80,35 @@ class GRU4RecAdagrad(torch.optim.Optimizer):
                 if group["weight_decay"]:
                     p.mul_(1 - group["lr"] * group["weight_decay"])
                 p.addcdiv_(p.grad, (state["sum"] + group["eps"]).sqrt_(), value=-group["lr"])
+
+
+def build_optimizer(settings, model) -> torch.optim.Optimizer:
+    """The optimiser ``settings`` (a ``TrainSettings``) name, over ``model``'s parameter groups; Adam and AdamW run
+    fused where the device has them (:func:`~benchmarks.device.fused_adam`)."""
+    s = settings
+    groups = model.parameter_groups()
+    if s.optimizer == "adam-weight-decay":
+        return AdamWeightDecay(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay)
+    if s.optimizer == "adagrad":
+        return GRU4RecAdagrad(groups, lr=s.lr, weight_decay=s.weight_decay)
+    if s.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=s.lr, weight_decay=s.weight_decay)
+    kind = torch.optim.AdamW if s.optimizer == "adamw" else torch.optim.Adam
+    return kind(groups, lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay,
+                fused=fused_adam(model.device))
+
+
+def lr_schedule(settings, optimizer: torch.optim.Optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning rate's factor at each step (0-based) of ``total_steps`` under ``settings``' warm-up and decay."""
+    warmup, decay = settings.warmup_steps, settings.decay
+
+    def factor(step: int) -> float:
+        if decay == "polynomial":
+            return bert_schedule(step, warmup, total_steps)
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if decay == "linear":
+            return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

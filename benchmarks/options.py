@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbench.benchmarks.config import PROFILES
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.negatives import PAIRS
-from recbench.benchmarks.trainer import resolve_device
 from recbench.datasets.errors import unknown
 from recbench.datasets.splits import LEAVE_ONE_OUT, SplitSpec
 

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from recbench.benchmarks.attention import attention_arrays
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.jobs import KEY_VERSION, TIE_POLICY, PlannedJob
 from recbench.benchmarks.metrics import DEFAULT_METRICS, list_metric_names
@@ -44,7 +45,7 @@ from recbench.benchmarks.planner import selection_metric
 from recbench.benchmarks.provenance import PeakMemory, describe_device, library_versions
 from recbench.benchmarks.relevance import TASK as RELEVANCE, RelevanceEvaluator, calibrate
 from recbench.benchmarks.store import ClaimedElsewhere, claimed, now
-from recbench.benchmarks.trainer import TrainRun, fit_model, resolve_device
+from recbench.benchmarks.trainer import TrainRun, fit_model
 from recbench.datasets.sequences import SequenceData
 from recbench.datasets.splits import TEMPORAL
 from recbench.models import model_class
@@ -274,7 +275,7 @@ def _test(model: Recommender, planned: PlannedJob, evaluator: Evaluator, pairs: 
             evaluation = evaluator.evaluate(model, "test", protocol, job.model, metrics=metrics)
             results.append(TestResult(protocol, evaluation.tie_policy, evaluation.metrics,
                                       len(evaluation.counts.users), f"per_user/{planned.file_stem}__{protocol}.npz",
-                                      dataclasses.asdict(evaluation.counts), evaluation.seconds))
+                                      evaluation.counts.arrays(), evaluation.seconds))
         return results
     # A ranker's scores become probabilities by Platt scaling fitted on the validation pairs only.
     scorer = model if isinstance(model, RelevanceModel) else calibrate(model, pairs, job.model)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.optim import build_optimizer
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models.bert4rec import BERT4Rec, BERT4Rec1Mask, BERT4RecConfig
@@ -265,7 +266,7 @@ def test_cloze_loss_is_the_softmax_over_its_classes_at_the_masked_positions(clas
 # --------------------------------------------------------------------------------------------- optimiser
 def test_weight_decay_spares_biases_and_layernorm_as_the_official_optimizer():
     m = model()
-    optimizer = Trainer(TrainSettings(optimizer="adamw", weight_decay=0.01))._optimizer(m)
+    optimizer = build_optimizer(TrainSettings(optimizer="adamw", weight_decay=0.01), m)
     decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] == 0.01 for p in g["params"]}
     names = {name for name, p in m.named_parameters() if id(p) in decayed}
     assert "encoder.item_embedding.weight" in names and "encoder.position_embedding.weight" in names

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from recbench.benchmarks.optim import AdamWeightDecay
+from recbench.benchmarks import trainer as trainer_module
+from recbench.benchmarks.optim import AdamWeightDecay, build_optimizer, lr_schedule
 from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.bprmf import BPRMF, BPRMFConfig
@@ -62,7 +63,7 @@ def official_learning_rate(step, init_lr=1e-3, num_train_steps=1000, num_warmup_
 
 def test_polynomial_schedule_is_berts_learning_rate_at_every_step():
     optimizer = AdamWeightDecay([torch.zeros(1, requires_grad=True)], lr=1e-3)
-    schedule = Trainer(TrainSettings(decay="polynomial", warmup_steps=100))._schedule(optimizer, 1000)
+    schedule = lr_schedule(TrainSettings(decay="polynomial", warmup_steps=100), optimizer, 1000)
     seen = []
     for _ in range(1002):
         seen.append(optimizer.param_groups[0]["lr"])  # the rate the next step uses
@@ -79,7 +80,7 @@ def test_trainer_builds_berts_optimizer_with_the_models_groups():
 
     torch.manual_seed(0)
     model = BERT4Rec(5, 40, BERT4RecConfig(max_len=10, hidden=16, max_predictions=4))
-    optimizer = Trainer(TrainSettings(optimizer="adam-weight-decay", eps=1e-6, weight_decay=0.01))._optimizer(model)
+    optimizer = build_optimizer(TrainSettings(optimizer="adam-weight-decay", eps=1e-6, weight_decay=0.01), model)
     assert isinstance(optimizer, AdamWeightDecay)
     assert [g["weight_decay"] for g in optimizer.param_groups] == [0.01, 0.0] and optimizer.defaults["eps"] == 1e-6
 
@@ -90,7 +91,7 @@ def toy_split() -> LeaveOneOutSplit:
     return LeaveOneOutSplit(SequenceData.from_sequences("toy", sequences, n_items=60))
 
 
-def test_max_steps_stops_training_and_sets_the_decay_horizon():
+def test_max_steps_stops_training_and_sets_the_decay_horizon(monkeypatch):
     torch.manual_seed(0)
     model = BPRMF(40, 60, BPRMFConfig(hidden=8))  # 40 users × 8 training items: 320 examples, 5 batches of 64
     calls = []
@@ -98,8 +99,8 @@ def test_max_steps_stops_training_and_sets_the_decay_horizon():
     trainer = Trainer(TrainSettings(lr=0.05, batch_size=64, max_epochs=50, max_steps=12, decay="polynomial"),
                       TrainRun(progress=False))
     schedules = []
-    original = trainer._schedule
-    trainer._schedule = lambda optimizer, total: schedules.append(total) or original(optimizer, total)
+    monkeypatch.setattr(trainer_module, "lr_schedule", lambda settings, optimizer, total: schedules.append(total)
+                        or lr_schedule(settings, optimizer, total))
     report = trainer.fit(model, toy_split().train(), None)
     assert len(calls) == 12 and report.epochs_run == 3 and schedules == [12]
     assert report.stopped_by == "max steps"

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from recbench.benchmarks.checkpoint import TrainState
 from recbench.benchmarks.commands.studies import (
     ABLATIONS,
     ablation_jobs,
@@ -33,7 +34,7 @@ from recbench.benchmarks.estimate import (
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
-from recbench.benchmarks.trainer import TrainSettings, TrainState
+from recbench.benchmarks.trainer import TrainSettings
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class

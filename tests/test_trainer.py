@@ -5,8 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from recbench.benchmarks import provenance, trainer as trainer_module
-from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings, resolve_device
+from recbench.benchmarks import (
+    checkpoint as checkpoint_module,
+    optim,
+    provenance,
+    training_progress,
+)
+from recbench.benchmarks.device import resolve_device
+from recbench.benchmarks.optim import build_optimizer
+from recbench.benchmarks.trainer import Trainer, TrainRun, TrainSettings
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models.bprmf import BPRMF, BPRMFConfig
 
@@ -95,7 +102,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         trainer(checkpoint=str(checkpoint)).fit(interrupted, split.train(), crash_at_epoch_4)
     assert checkpoint.exists()
-    state = trainer_module.saved_progress(checkpoint)  # what a plan shows of the interrupted run
+    state = checkpoint_module.saved_progress(checkpoint)  # what a plan shows of the interrupted run
     assert (state.epoch, state.best_epoch, state.bad_validations) == (3, 3, 0) and state.best_metric == 0.3
     assert state.best_weights is None and state.stopped_by is None and state.train_seconds > 0
 
@@ -137,7 +144,7 @@ def test_time_the_process_stood_stopped_is_left_out_of_the_training_time_and_sum
     settings = dict(max_epochs=4, patience=None, time_budget_s=1800, checkpoint=str(checkpoint))
     with pytest.raises(KeyboardInterrupt):
         trainer(**settings).fit(new_model(), toy_split().train(), validate)
-    assert trainer_module.saved_progress(checkpoint).paused_seconds == pytest.approx(3600, abs=1)
+    assert checkpoint_module.saved_progress(checkpoint).paused_seconds == pytest.approx(3600, abs=1)
     resumed = True
     report = trainer(**settings).fit(new_model(), toy_split().train(), validate)
     assert report.stopped_by == "max epochs" and report.epochs_run == 4  # not the half-hour budget
@@ -147,7 +154,7 @@ def test_time_the_process_stood_stopped_is_left_out_of_the_training_time_and_sum
 
 @pytest.mark.parametrize("terminal", [True, False])
 def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys, monkeypatch, terminal):
-    monkeypatch.setattr(trainer_module, "bars_redraw_in_place", lambda: terminal)
+    monkeypatch.setattr(training_progress, "bars_redraw_in_place", lambda: terminal)
     model = new_model()
     report = trainer(max_epochs=10_000, time_budget_s=0.5, progress=True).fit(model, toy_split().train(), None)
     assert 0.5 <= report.train_seconds < 5  # stopped once the budget had passed, not before, not long after
@@ -166,7 +173,7 @@ def test_time_budget_stops_training_and_the_epoch_bar_says_so(capsys, monkeypatc
 def test_a_log_gets_a_line_an_epoch_with_validation_and_the_time_left(capsys, monkeypatch):
     """Where stderr is a file (a background run's log), every redraw of a bar would stay in it: the trainer
     writes one line an epoch instead, with what the bar shows and this epoch's validation value."""
-    monkeypatch.setattr(trainer_module, "bars_redraw_in_place", lambda: False)
+    monkeypatch.setattr(training_progress, "bars_redraw_in_place", lambda: False)
     validate, _ = scripted_validator([0.1, 0.3, 0.2, 0.25, 0.9])
     report = trainer(max_epochs=200, patience=2, progress=True).fit(new_model(), toy_split().train(), validate)
     lines = capsys.readouterr().err.splitlines()
@@ -188,7 +195,7 @@ def test_a_log_gets_a_line_an_epoch_with_validation_and_the_time_left(capsys, mo
 def test_a_job_beside_others_writes_lines_named_by_its_run_even_on_a_terminal(capsys, monkeypatch):
     """Jobs run side by side (--jobs 2) share the terminal: their bars would overwrite each other, so each writes a
     line an epoch, starting with its run id, since two BERT4Rec jobs of an ablation are not told apart by name."""
-    monkeypatch.setattr(trainer_module, "bars_redraw_in_place", lambda: True)
+    monkeypatch.setattr(training_progress, "bars_redraw_in_place", lambda: True)
     trainer(max_epochs=2, patience=None, progress=True, bars=False, label="chain/bprmf/w/o PE/seed0").fit(
         new_model(), toy_split().train(), None)
     lines = capsys.readouterr().err.splitlines()
@@ -200,7 +207,7 @@ def test_the_bar_counts_to_what_ends_the_run_and_promises_no_time_when_early_sto
     """Issue 29: BERT4Rec's smoke run keeps the authors' 400,000-step cap and ends after its epoch cap, a minute
     later, while its bar counted to 400,000 steps with hours left. When early stopping decides, nobody knows the
     end: the bar then shows the epoch against its cap and how close early stopping is, and no time left."""
-    from recbench.benchmarks import trainer as module
+    from recbench.benchmarks import training_progress as module
 
     bars = []
 
@@ -410,9 +417,9 @@ def test_a_checkpoint_of_another_layout_is_refused_in_one_line_and_a_plan_reads_
     checkpoint = tmp_path / "run.pt"
     trainer(checkpoint=str(checkpoint), max_epochs=1).fit(new_model(), toy_split().train(), None)
     saved = torch.load(checkpoint, weights_only=False)
-    torch.save({**saved, "version": trainer_module.CHECKPOINT_VERSION - 1}, checkpoint)
-    assert trainer_module.saved_progress(checkpoint) is None
-    assert trainer_module.saved_progress(tmp_path / "absent.pt") is None
+    torch.save({**saved, "version": checkpoint_module.CHECKPOINT_VERSION - 1}, checkpoint)
+    assert checkpoint_module.saved_progress(checkpoint) is None
+    assert checkpoint_module.saved_progress(tmp_path / "absent.pt") is None
     with pytest.raises(ValueError, match="a training checkpoint of an older version of the suite; delete it"):
         trainer(checkpoint=str(checkpoint), max_epochs=2).fit(new_model(), toy_split().train(), None)
 
@@ -473,19 +480,19 @@ def test_adam_runs_fused_on_the_cpu_the_loops_update_and_a_loop_checkpoint_resum
     for large embedding tables): the loop's weights up to rounding, and a checkpoint that the loop wrote (a run of an
     older version) resumes with the fused implementation."""
     split = toy_split()
-    optimizer = trainer()._optimizer(new_model())
+    optimizer = build_optimizer(TrainSettings(), new_model())
     assert [group["fused"] for group in optimizer.param_groups] == [True] * len(optimizer.param_groups)
 
     fused, loop = new_model(), new_model()
     trainer(max_epochs=3, patience=None).fit(fused, split.train(), None)
     checkpoint = tmp_path / "run.pt"
     with monkeypatch.context() as patched:
-        patched.setattr(trainer_module, "fused_adam", lambda device: False)
+        patched.setattr(optim, "fused_adam", lambda device: False)
         trainer(max_epochs=3, patience=None, checkpoint=str(checkpoint)).fit(loop, split.train(), None)
     saved = torch.load(checkpoint, weights_only=False)["optimizer"]
     assert saved["param_groups"][0]["fused"] is False
     assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused.parameters(), loop.parameters()))
 
-    resumed = trainer()._optimizer(new_model())
-    trainer_module.Trainer._load_optimizer(resumed, saved)
+    resumed = build_optimizer(TrainSettings(), new_model())
+    checkpoint_module.load_optimizer(resumed, saved)
     assert resumed.param_groups[0]["fused"] is True and resumed.state  # the loop's moments, the fused update

@@ -22,10 +22,10 @@ import torch
 
 from benchmarks.experiments.speed_transformers import ROOT, load_average, write_report
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.metrics import DEFAULT_METRICS, list_metric_names
 from recbench.benchmarks.provenance import describe_device, git_commit
-from recbench.benchmarks.trainer import resolve_device
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class

@@ -31,8 +31,9 @@ import torch
 
 from benchmarks.experiments.speed_transformers import interleaved_rounds, write_report
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.provenance import describe_device, git_commit
-from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.models import model_class

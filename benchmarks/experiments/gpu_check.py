@@ -60,13 +60,14 @@ import numpy as np
 import torch
 
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.provenance import PeakMemory, describe_device, git_commit
 from recbench.benchmarks.store import write_atomic
-from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit
 from recbench.models import model_class

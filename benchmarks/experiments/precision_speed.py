@@ -10,7 +10,7 @@ training sequences) is timed in rounds; a round trains ``--batches`` batches of 
 initial weights once in each precision, the order alternating between rounds, so that both precisions see the
 same machine load. The figure per round is training sequences per second and the ratio bf16 / fp32 (above 1:
 bf16 is faster), with the load average before and after. bf16 here is the trainer's ``precision=bf16``: autocast
-to bf16 where the CPU has native bf16 (``benchmarks.trainer.native_bf16``); the loss's softmax stays in fp32.
+to bf16 where the CPU has native bf16 (``benchmarks.precision.native_bf16``); the loss's softmax stays in fp32.
 
 ``--profile-step`` times the phases of BERT4Rec's training step apart (Cloze inputs and encoder, output layer and
 softmax loss, backward, optimiser) on one batch of 128 windows, and lists the operators that take the most CPU
@@ -30,8 +30,10 @@ import torch
 
 from benchmarks.experiments.speed_transformers import interleaved_rounds, load_average, write_report
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.device import fused_adam
+from recbench.benchmarks.precision import native_bf16
 from recbench.benchmarks.provenance import git_commit
-from recbench.benchmarks.trainer import Trainer, TrainRun, fused_adam, native_bf16
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import PAD, LeaveOneOutSplit
 from recbench.models import model_class

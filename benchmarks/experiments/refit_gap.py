@@ -37,10 +37,11 @@ from pathlib import Path
 import torch
 
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import ROOT, describe_device, git_commit
 from recbench.benchmarks.store import read_results, write_json
-from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.benchmarks.worker import validation_users
 from recbench.datasets import load_dataset, resolve_cache_dir
 from recbench.datasets.sequences import Histories, LeaveOneOutSplit

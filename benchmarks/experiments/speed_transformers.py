@@ -31,9 +31,10 @@ import numpy as np
 import torch
 
 from recbench.benchmarks.config import resolve
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.provenance import PeakMemory, describe_device, machine
-from recbench.benchmarks.trainer import Trainer, TrainRun, resolve_device
+from recbench.benchmarks.trainer import Trainer, TrainRun
 from recbench.datasets import load_dataset
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models import model_class
