@@ -264,7 +264,21 @@ class Evaluator:
                              or self._chunk_counts(model, model_name, view, scored, negatives, batch_size, bar, full))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))
-        return RankCounts(view.users[rows], greater[in_order], ties[in_order])
+        others = (np.full(len(rows), negatives.shape[1], dtype=np.int64) if negatives is not None
+                  else self._full_candidates(view, rows, split))
+        return RankCounts(view.users[rows], greater[in_order], ties[in_order], others)
+
+    def _full_candidates(self, view, rows: np.ndarray, split: str) -> np.ndarray:
+        """Per row: the candidates besides the target under full ranking, every item but the distinct items of
+        the input history (the target excepted, which stays a candidate), the items no user of the view may get,
+        and the target itself."""
+        history_rows, history_items = view.flat(rows)
+        kept = history_items != view.targets[rows][history_rows]
+        n_slots = self.split.n_items + 1
+        distinct = np.unique(history_rows[kept] * n_slots + history_items[kept]) // n_slots
+        excluded = self.excluded(split)
+        return (self.split.n_items - (0 if excluded is None else len(excluded)) - 1
+                - np.bincount(distinct, minlength=len(rows)))
 
     def _chunk_counts(self, model, model_name, view, scored, negatives, batch_size: int, bar, full: FullPass | None):
         """(greater, ties) of the rows ``scored`` of ``view`` (in scoring order: the sampled protocols score them

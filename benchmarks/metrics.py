@@ -33,19 +33,26 @@ DEFAULT_METRICS = ("HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR")  # the p
 
 @dataclass
 class RankCounts:
-    """Per evaluated user: its row, how many candidates beat the target and how many tie with it."""
+    """Per evaluated user: its row, how many candidates beat the target and how many tie with it, and how many
+    candidates it was ranked among besides the target (``candidates``; None in files written before it was kept),
+    from which the expected sampled metrics follow (``benchmarks.sampled_metrics``)."""
 
     users: np.ndarray
     greater: np.ndarray
     ties: np.ndarray
+    candidates: np.ndarray | None = None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a per-user file holds (``candidates`` only where known)."""
+        return {name: value for name, value in dataclasses.asdict(self).items() if value is not None}
 
     def save(self, path: Path) -> None:
-        write_atomic(path, npz_bytes(dataclasses.asdict(self)))
+        write_atomic(path, npz_bytes(self.arrays()))
 
     @classmethod
     def load(cls, path: Path) -> "RankCounts":
         with np.load(path, allow_pickle=False) as f:
-            return cls(f["users"], f["greater"], f["ties"])
+            return cls(f["users"], f["greater"], f["ties"], f["candidates"] if "candidates" in f.files else None)
 
 
 def parse_metric(name: str) -> tuple[str, int | None]:

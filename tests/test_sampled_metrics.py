@@ -1,0 +1,177 @@
+"""Expected sampled metrics from full ranks and the Krichene–Rendle corrections (``benchmarks/sampled_metrics.py``):
+hand-computed cases, brute force over every possible draw, the evaluator's own draws, and the candidate counts the
+evaluator now stores."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from recbench.benchmarks.evaluator import Evaluator
+from recbench.benchmarks.metrics import RankCounts, per_user_metrics
+from recbench.benchmarks.sampled_metrics import (
+    above_distribution,
+    corrected_bv,
+    corrected_mle,
+    expected_popularity,
+    expected_uniform,
+    inclusion_probabilities,
+    kendall_tau,
+    rank_histogram,
+)
+from recbench.datasets import LeaveOneOutSplit, generate
+from recbench.models.base import Recommender
+
+METRICS = ("HR@1", "HR@3", "NDCG@3", "MRR")
+
+
+def one_user(greater: int, ties: int, candidates: int) -> RankCounts:
+    return RankCounts(np.array([0]), np.array([greater]), np.array([ties]), np.array([candidates]))
+
+
+def test_hand_computed_without_ties():
+    # 4 candidates besides the target, 1 above it, 2 drawn: the one above is missed with C(3,2)/C(4,2) = 1/2.
+    found = expected_uniform(one_user(1, 0, 4), 2, ("HR@1", "MRR"))
+    assert found.mean["HR@1"] == pytest.approx(0.5)
+    assert found.mean["MRR"] == pytest.approx(0.5 * 1 + 0.5 * 0.5)
+    assert found.std["HR@1"] == pytest.approx(0.5)  # a Bernoulli(1/2) for the one user
+
+
+def test_hand_computed_with_a_tie():
+    # 3 candidates, one tied with the target, 1 drawn: the tied one (1/3) gives HR@1 = 1/2 under the expected tie
+    # policy, either other (2/3) gives 1.
+    found = expected_uniform(one_user(0, 1, 3), 1, ("HR@1",))
+    assert found.mean["HR@1"] == pytest.approx(1 / 3 * 0.5 + 2 / 3 * 1.0)
+    assert found.std["HR@1"] ** 2 == pytest.approx(1 / 3 * 0.25 + 2 / 3 - (5 / 6) ** 2)
+
+
+@pytest.mark.parametrize("greater, ties, candidates, n", [(2, 2, 7, 3), (0, 0, 8, 3), (1, 4, 6, 4), (5, 0, 9, 2),
+                                                          (0, 9, 10, 4), (3, 1, 5, 7)])
+def test_every_possible_draw(greater, ties, candidates, n):
+    """The mean and variance over every equally likely set of negatives, scored by the evaluator's formulas."""
+    kinds = ["above"] * greater + ["tied"] * ties + ["below"] * (candidates - greater - ties)
+    values = []
+    for drawn in itertools.combinations(range(candidates), min(n, candidates)):
+        above = sum(kinds[i] == "above" for i in drawn)
+        tied = sum(kinds[i] == "tied" for i in drawn)
+        values.append(per_user_metrics(np.array([above]), np.array([tied]), METRICS))
+    found = expected_uniform(one_user(greater, ties, candidates), n, METRICS)
+    for metric in METRICS:
+        draws = np.array([v[metric][0] for v in values])
+        assert found.mean[metric] == pytest.approx(draws.mean(), abs=1e-12)
+        assert found.std[metric] ** 2 == pytest.approx(draws.var(), abs=1e-12)
+
+
+def test_drawing_every_candidate_is_full_ranking():
+    greater, ties = np.array([0, 3, 7, 2]), np.array([0, 1, 0, 5])
+    counts = RankCounts(np.arange(4), greater, ties, np.array([9, 9, 9, 9]))
+    found = expected_uniform(counts, 9, METRICS)
+    full = per_user_metrics(greater, ties, METRICS)
+    for metric in METRICS:
+        assert found.per_user[metric] == pytest.approx(full[metric])
+        assert found.std[metric] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_refuses_counts_without_candidates_or_beyond_them():
+    with pytest.raises(ValueError, match="candidates"):
+        expected_uniform(RankCounts(np.arange(1), np.array([1]), np.array([0])), 10, METRICS)
+    with pytest.raises(ValueError, match="only 4 candidates"):
+        expected_uniform(one_user(3, 2, 4), 2, METRICS)
+
+
+class FixedScores(Recommender):
+    name = "fixed scores"
+    Config = type(None)
+
+    def __init__(self, scores: torch.Tensor):
+        self.scores = scores
+
+    def score(self, users, histories, candidates):
+        rows = self.scores[users]
+        return rows if candidates is None else rows.gather(1, candidates)
+
+
+@pytest.fixture(scope="module")
+def ranked():
+    data = generate(n_users=150, n_items=260, mean_length=12.0, seed=3)
+    split = LeaveOneOutSplit(data)
+    generator = torch.Generator().manual_seed(0)
+    # Scores that favour popular items, rounded so that some candidates tie with the target.
+    popular = torch.from_numpy(data.item_counts().astype(np.float32))
+    scores = (torch.rand(data.n_users, data.n_items + 1, generator=generator) * 4 + popular.log1p()).round()
+    model = FixedScores(scores)
+    full = Evaluator(split, seed=0).evaluate(model, "test", "full").counts
+    return data, split, model, full
+
+
+def test_the_evaluator_stores_each_users_candidates(ranked):
+    data, split, model, full = ranked
+    whole = [set(data.items[data.offsets[u]:data.offsets[u + 1]]) for u in range(data.n_users)]
+    assert list(full.candidates) == [data.n_items - len(items) for items in whole]  # the uni100 pool
+    assert (full.greater + full.ties <= full.candidates).all() and full.ties.any()
+    sampled = Evaluator(split, seed=0).evaluate(model, "test", "uni100").counts
+    assert (sampled.candidates == 100).all()
+
+
+def test_the_expectation_is_the_mean_of_the_evaluators_draws(ranked):
+    _, split, model, full = ranked
+    draws = 60
+    expected = expected_uniform(full, 100, ("NDCG@10", "HR@1"))
+    realised = [Evaluator(split, seed=seed, metrics=("NDCG@10", "HR@1")).evaluate(model, "test", "uni100").metrics
+                for seed in range(draws)]
+    for metric in ("NDCG@10", "HR@1"):
+        values = np.array([r[metric] for r in realised])
+        # the mean of the draws lies within 4 standard errors of the expectation; their spread matches the std
+        assert abs(values.mean() - expected.mean[metric]) < 4 * expected.std[metric] / math.sqrt(draws)
+        assert values.std(ddof=1) == pytest.approx(expected.std[metric], rel=0.3)
+
+
+def test_popularity_with_equal_weights_is_uniform_sampling():
+    weights = np.r_[0.0, np.ones(30)]
+    allowed = np.ones((3, 31), dtype=bool)
+    allowed[:, 0] = False
+    allowed[0, 1:6] = False  # the first user's own 5 items
+    pi = inclusion_probabilities(weights, allowed, 10)
+    assert pi.sum(1) == pytest.approx([10, 10, 10])
+    assert pi[0, 6] == pytest.approx(10 / 25) and pi[1, 1] == pytest.approx(10 / 30)
+    greater, pool = np.array([3, 0, 12]), allowed.sum(1)
+    above = np.array([pi[u, 10:10 + g].sum() for u, g in enumerate(greater)])  # any g items: equal weights
+    approximate = expected_popularity(above, np.zeros(3), pool, 10, ("NDCG@10", "MRR"))
+    exact = expected_uniform(RankCounts(np.arange(3), greater, np.zeros(3, dtype=np.int64), pool), 10,
+                             ("NDCG@10", "MRR"))
+    for metric in ("NDCG@10", "MRR"):
+        assert approximate[metric] == pytest.approx(exact.per_user[metric])
+
+
+def test_corrections_recover_full_ranking_when_every_candidate_is_drawn():
+    greater = np.array([0, 2, 5, 11, 30])
+    full = per_user_metrics(greater, np.zeros(5, dtype=np.int64), ("NDCG@10",))["NDCG@10"].mean()
+    histogram = rank_histogram(above_distribution(greater, np.zeros(5), np.full(5, 40), 40), 40)
+    assert corrected_bv(histogram, 40, ("NDCG@10",), gamma=0.0)["NDCG@10"] == pytest.approx(full)
+    assert corrected_mle(histogram, 40, ("NDCG@10",))["NDCG@10"] == pytest.approx(full, abs=1e-6)
+
+
+def test_the_corrections_come_closer_to_full_than_the_sampled_value():
+    rng = np.random.default_rng(0)
+    greater = np.minimum(rng.geometric(1 / 60, size=2000) - 1, 999)
+    counts = RankCounts(np.arange(2000), greater, np.zeros(2000, dtype=np.int64), np.full(2000, 1000))
+    full = per_user_metrics(counts.greater, counts.ties, ("NDCG@10",))["NDCG@10"].mean()
+    sampled = expected_uniform(counts, 100, ("NDCG@10",)).mean["NDCG@10"]
+    histogram = rank_histogram(above_distribution(counts.greater, counts.ties, counts.candidates, 100), 100)
+    for estimate in (corrected_bv(histogram, 1000, ("NDCG@10",)), corrected_mle(histogram, 1000, ("NDCG@10",))):
+        assert abs(estimate["NDCG@10"] - full) < abs(sampled - full) / 3
+
+
+def test_realised_ranks_spread_their_ties():
+    histogram = rank_histogram((np.array([0, 1]), np.array([1, 0])), 3)
+    assert histogram == pytest.approx([0.25, 0.75, 0, 0])
+
+
+def test_kendall_tau_names_the_pairs_that_flip():
+    tau, flips = kendall_tau({"a": 3, "b": 2, "c": 1}, {"a": 1, "b": 2, "c": 3})
+    assert tau == pytest.approx(-1.0) and sorted(flips) == [("a", "b"), ("a", "c"), ("b", "c")]
+    tau, flips = kendall_tau({"a": 3, "b": 2, "c": 1}, {"a": 3, "b": 1, "c": 2})
+    assert tau == pytest.approx(1 / 3) and flips == [("b", "c")]
