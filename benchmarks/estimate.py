@@ -225,17 +225,31 @@ def seconds_per_step(model: NeuralRecommender, examples: dict, batch_size: int, 
     return (time.perf_counter() - started) / timed
 
 
+def _training_examples(job, data, device: torch.device) -> tuple[NeuralRecommender, dict]:
+    """A planned job's model, built on ``device``, and its training examples on ``data`` there."""
+    model = model_class(job.job.model)(data.n_users, data.n_items, job.config.model).to(device)
+    examples = model.training_examples(job.data_split(data).train())
+    return model, {key: value.to(device) for key, value in examples.items()}
+
+
+def training_example_count(job, data) -> int:
+    """How many training examples a planned job's model has on ``data`` (an epoch's length, with its batch size),
+    counted on the CPU; the global random state is left as it was (building a model draws from it)."""
+    with torch.random.fork_rng(devices=[]):
+        _, examples = _training_examples(job, data, torch.device("cpu"))
+    return len(next(iter(examples.values())))
+
+
 def _measure(job, data, device: torch.device) -> tuple[float, int]:
     """(seconds per step, training examples) of one planned job's model on its data, in its precision."""
-    model = model_class(job.job.model)(data.n_users, data.n_items, job.config.model).to(device)
-    examples = {key: value.to(device) for key, value in model.training_examples(job.data_split(data).train()).items()}
+    model, examples = _training_examples(job, data, device)
     return (seconds_per_step(model, examples, job.config.train.batch_size,
                              bf16=trains_in_bf16(job.config.train, device)), len(next(iter(examples.values()))))
 
 
 def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: int | None = None,
                   n_jobs: int = 1, log=print, stops: dict | None = None) -> dict:
-    """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.runner.plan_grid`) on ``datasets``,
+    """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.planner.plan_grid`) on ``datasets``,
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
     Jobs that differ only in seed or in trainer settings other than the precision they train in share one
     measurement. ``stops`` (:func:`reference_stops`) gives an early-stopped job of the same (dataset, model,
@@ -245,7 +259,7 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
     previous_threads = torch.get_num_threads()
     previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // max(1, n_jobs)))
-    torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)  # as the runner trains
+    torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)  # as the worker trains
     measured, estimates = {}, {}
     try:
         for job in planned:

@@ -184,10 +184,11 @@ def test_the_time_left_takes_the_plans_estimates_where_there_are_some():
     from types import SimpleNamespace
 
     from recbench.benchmarks.estimate import Estimate
-    from recbench.benchmarks.grid import Progress
+    from recbench.benchmarks.grid_progress import GridProgress
 
     def job(key, model):
-        return SimpleNamespace(key=key, run_id=f"ml-1m/{model}/{key}/seed0", job=SimpleNamespace(model=model))
+        return SimpleNamespace(key=key, run_id=f"ml-1m/{model}/{key}/seed0",
+                               job=SimpleNamespace(model=model, dataset="ml-1m"))
 
     planned = [job("L=4", "bert4rec"), job("L=1", "bert4rec"), job("w/o PE", "bert4rec"), job("default", "sasrec")]
     estimates = {"L=4": Estimate(9 * 3600.0, 100, 1.0, False, expected=5 * 3600.0),
@@ -195,7 +196,7 @@ def test_the_time_left_takes_the_plans_estimates_where_there_are_some():
                  "w/o PE": Estimate(6 * 3600.0, 100, 1.0, False, expected=3 * 3600.0),
                  "default": Estimate(50 * 3600.0, 100, 1.0, False)}  # only its cap: no converged run to go by
     lines = []
-    clock = Progress(planned, planned, 2, lines.append, estimates)
+    clock = GridProgress(planned, planned, 2, lines.append, estimates)
     clock.started(planned[0])
     assert lines[-1].endswith("(key L=4), about 5.0 h left for the 3 jobs of models timed so far, 1 more of models "
                               "not yet timed")  # (5 + 2 + 3) / 2 = 5 h, the longest job's 5 h
@@ -210,6 +211,40 @@ def test_the_time_left_takes_the_plans_estimates_where_there_are_some():
     clock.began["L=1"] -= 3 * 3600.0  # past its estimate: none of it is counted, w/o PE's three hours are
     clock.started(planned[2])
     assert lines[-1].endswith("about 3.0 h left")
+
+
+def test_the_time_left_scales_a_models_time_on_one_dataset_to_another_datasets_steps(monkeypatch):
+    """ML-1m then Beauty: a model's mean time on ML-1m stood for its Beauty jobs, whose epochs are of another length,
+    and the grid said a third of the time left. A job of a model finished on its own dataset takes that mean; on
+    another dataset only, the model's seconds per step times the job's own steps: the epochs the finished jobs ran,
+    each of this job's length, within its caps."""
+    from types import SimpleNamespace
+
+    from recbench.benchmarks import grid_progress
+    from recbench.benchmarks.trainer import TrainSettings
+
+    examples = {"ml-1m": 6_400, "beauty": 19_200}  # an epoch of 256-batches: 25 steps on ML-1m, 75 on Beauty
+    counted = []
+    monkeypatch.setattr(grid_progress, "training_example_count",
+                        lambda job, data: counted.append(job.job.dataset) or examples[data])
+
+    def job(dataset, seed, max_epochs=200):
+        return SimpleNamespace(key=f"{dataset}{seed}", run_id=f"{dataset}/sasrec/seed{seed}",
+                               job=SimpleNamespace(model="sasrec", dataset=dataset),
+                               config=SimpleNamespace(model="d=64", train=TrainSettings(max_epochs=max_epochs)))
+
+    planned = [job("ml-1m", 0), job("ml-1m", 1), job("beauty", 0), job("beauty", 1, max_epochs=10)]
+    lines = []
+    clock = grid_progress.GridProgress(planned, planned, 1, lines.append, datasets={name: name for name in examples})
+    rows = [{"protocol": "full", "train_seconds": 1000.0, "eval_seconds": 0.0, "steps_run": 1000, "epochs_run": 40,
+             "metrics": {}}]  # 1 s a step, 40 epochs of 25 steps
+    clock.done(SimpleNamespace(key="ml-1m0", status="finished", trained=True, rows=rows, seconds=1000.0))
+    clock.started(planned[1])
+    # ML-1m's seed 1: the finished job's 1000 s; Beauty: 40 epochs of 75 steps, 3000 s, and 10 epochs at most, 750 s
+    assert lines[-1].endswith("about 1.3 h left")  # 1000 + 3000 + 750 s one after another
+    assert counted == ["beauty"]  # each dataset's examples counted once, and only where a model's time is scaled
+    clock.started(planned[2])
+    assert counted == ["beauty"]
 
 
 def test_a_failing_rerun_deletes_nothing_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):

@@ -373,7 +373,7 @@ def test_a_plans_own_early_stopped_jobs_set_where_its_other_jobs_are_expected_to
     from argparse import Namespace
 
     from recbench.benchmarks.commands.cli import training_left
-    from recbench.benchmarks.grid import Twin
+    from recbench.benchmarks.reuse import Twin
     from recbench.benchmarks.store import ResultStore
 
     tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=50", "patience=1", "dupe_factor=1")
@@ -494,8 +494,8 @@ def test_a_resumed_studys_plan_skips_its_finished_jobs_and_times_only_what_the_i
 def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_again(tmp_path, capsys):
     """The ablation's default row is the main grid's job under other labels: with --reuse it takes that job's rows
     and files, labelled reused_from, and trains only the variants; a job with other settings finds no twin."""
-    from recbench.benchmarks.grid import reusable_twins
     from recbench.benchmarks.jobs import Job
+    from recbench.benchmarks.reuse import reusable_twins
 
     tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=1", "valid_every=1", "dupe_factor=1")
     data, main_folder = {"chain": chain_data(n_users=60)}, tmp_path / "main"
@@ -540,7 +540,7 @@ def test_a_study_reuses_the_main_grids_identical_job_instead_of_training_it_agai
 def test_a_study_reuses_its_own_job_run_in_another_folder(tmp_path, capsys):
     """A variant trained elsewhere (another machine, a lent GPU) with the same study, settings and seed is the same
     job: --reuse takes its rows under its own key, and the study trains only what no folder holds."""
-    from recbench.benchmarks.grid import reusable_twins
+    from recbench.benchmarks.reuse import reusable_twins
 
     tiny = ("max_len=8", "hidden=8", "heads=1", "max_epochs=1", "valid_every=1", "dupe_factor=1")
     data = {"chain": chain_data(n_users=60)}
