@@ -296,6 +296,8 @@ def _curves_figure(folder: Path, name: str, lines: list[tuple[Row, str]], style:
     if several:
         axes[1].set_xscale("log")
         axes[1].xaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))  # 100, 1000 s, not 10^k
+    else:  # five-digit seconds of hours-long runs run into each other at the default density
+        axes[1].xaxis.set_major_locator(MaxNLocator(nbins=5))
     axes[0].set_ylabel(f"validation {' / '.join(metrics)}")
     axes[0].set_title("against epochs")
     axes[1].set_title("against wall-clock time")

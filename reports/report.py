@@ -36,6 +36,8 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float,
     published, source = load_published()
     comparison = tables.published_table(results, published, source) if PUBLISHED_PROTOCOL in protocols else None
     built.append(comparison)
+    if comparison is not None:  # the main grid's models in one line each: ours, the paper's and their ratio
+        built.append(tables.ratio_table(tables.model_groups(results), published))
     if comparison is None:
         smoke = any(results.is_smoke(r) for r in results.select(task=tables.RANKING, protocol=PUBLISHED_PROTOCOL))
         notes.append(f"Comparison with the published values skipped: no {PUBLISHED_PROTOCOL} result (the "

@@ -226,3 +226,25 @@ def load_results(folder: Path) -> ResultSet:
     rows = sorted(latest.values(), key=lambda row: row.line)
     return ResultSet(folder=folder, rows=rows, config=config, ignored=ignored, superseded=superseded,
                      changes=list(changes.values()))
+
+
+def reference_results(path: Path) -> ResultSet:
+    """The result rows a reference file keeps (``results/reference/*.json`` with a ``rows`` list of
+    ``results.jsonl`` lines; results/README.md), as a result set of the folder the file lies in. Where the file's
+    per-user files were kept beside it (``per-user/<file's stem>/``), each row's ``per_user_file`` names its copy
+    there, so that the paired tests of :class:`reports.stats.PerUser` read them from that folder."""
+    path = Path(path)
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ResultsError(f"{path}: not a reference file with result rows ({type(error).__name__}: {error})") from None
+    copies = Path("per-user") / path.stem
+    rows = []
+    for number, obj in enumerate(kept, start=1):
+        name = obj.get("per_user_file") if isinstance(obj, dict) else None
+        if name and (path.parent / copies / Path(name).name).is_file():
+            obj = {**obj, "per_user_file": str(copies / Path(name).name)}
+        row = _parse_row(path, number, obj)
+        if row.study in STUDIES and row.task in TASKS:
+            rows.append(row)
+    return ResultSet(folder=path.parent, rows=rows)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from recbench.reports import names
-from recbench.reports.published import PUBLISHED_PROTOCOL, TABLE_SETTINGS, Published, default_column
+from recbench.reports.published import PUBLISHED_PROTOCOL, TABLE_SETTINGS, Published, default_column, default_row
 from recbench.reports.render import Cell, Table, fmt
 from recbench.reports.results import SMOKE_LABEL, ResultSet, Row
 from recbench.reports.stats import PairedTest, PerUser, Summary, holm_tests, summarize
@@ -368,6 +368,68 @@ def published_table(results: ResultSet, published: list[Published], source: str)
     return Table("published_comparison", "Our results against the published values (Sun et al., 2019)",
                  ["Paper table", "Paper row", "Dataset", "Our row", "Metric", "Ours", "Paper", "Δ", "Δ%"],
                  table_rows, notes=notes, align="lllllrrrr", breaks=breaks)
+
+
+# ------------------------------------------------------------------------------------------ ratios to the paper
+
+RATIO_METRICS = ("NDCG@10", "HR@10")  # the paper's headline metrics, each as ours, the paper's and their ratio
+
+
+def paper_value(row: Row, published: list[Published], metric: str) -> tuple[float | None, str]:
+    """The published value ``row`` is held against (:func:`published_anchor`) and the paper's table and row that
+    hold it; "not in the paper" for a model the paper has no row of (LSTM, SASRec-CE), so that it is not labelled
+    Table 2. A row held against Table 5's default row takes the metrics that row lacks (HR@10) from Table 4's column
+    of the same configuration (:func:`reports.published.default_row`)."""
+    anchor = published_anchor(row)
+    if anchor is None:
+        return None, ""
+    table, model, variant = anchor
+    if (table, variant) == ("Table 5", "default"):
+        return default_row(published, row.dataset, model, metric)
+    entries = [entry for entry in published if (entry.table, entry.model, entry.variant) == anchor]
+    if not entries:
+        return None, "not in the paper"
+    value = next((entry.value for entry in entries if (entry.dataset, entry.metric) == (row.dataset, metric)), None)
+    return value, f"{table}{f' ({variant})' if variant else ''}"
+
+
+def model_groups(results: ResultSet) -> list[tuple[str, list[Row]]]:
+    """The main grid's rows under the paper's protocol, smoke-profile results left out, one group per dataset and
+    model in the paper's order, each named by its model."""
+    rows = [r for r in results.select(study="main", task=RANKING, protocol=PUBLISHED_PROTOCOL)
+            if not results.is_smoke(r)]
+    found = group(rows, "dataset", "model")
+    return [(names.model_name(model), found[(dataset, model)])
+            for dataset in names.order_datasets(results.values("dataset", rows))
+            for model in names.order_models(results.values("model", rows)) if (dataset, model) in found]
+
+
+def ratio_table(groups: list[tuple[str, list[Row]]], published: list[Published]) -> Table | None:
+    """Ours against the paper with their ratio, one line per group (a label and the pop100 rows of one model on one
+    dataset, one per seed): NDCG@10 and HR@10, ours (mean ± std over seeds), the published value each
+    is held against and ours / the paper's. None where no group has a published value."""
+    table_rows, breaks, sources, last = [], set(), {}, None
+    for name, rows in groups:
+        if rows[0].dataset != last:
+            breaks.add(len(table_rows))
+            last = rows[0].dataset
+        cells = [label(names.dataset_name(rows[0].dataset)), label(name), Cell(str(len(rows)), len(rows))]
+        for metric in RATIO_METRICS:
+            ours, (paper, where) = summarize(rows, metric), paper_value(rows[0], published, metric)
+            ratio = ours.mean / paper if ours is not None and paper else None
+            sources.setdefault(where or "not in the paper", []).append(name)
+            cells += [value_cell(ours), Cell(fmt(paper), paper), Cell(fmt(ratio, 2), ratio)]
+        table_rows.append(cells)
+    if not any(row[4].value for row in table_rows):
+        return None
+    held = "; ".join(f"{where}: {', '.join(dict.fromkeys(which))}" for where, which in sources.items())
+    notes = [f"Protocol {PUBLISHED_PROTOCOL} (100 negatives sampled by popularity, the paper's), test split; ours: "
+             f"mean ± sample standard deviation over the seeds; paper: Sun et al. (2019), the published row each of "
+             f"ours is held against ({held}); ratio: ours / paper; –: no published value."]
+    return Table("paper_ratios", "Ours against the paper", ["Dataset", "Model", "Seeds",
+                                                            *(f"{m} {w}" for m in RATIO_METRICS
+                                                              for w in ("ours", "paper", "ratio"))],
+                 table_rows, notes=notes, align="llr" + "r" * 3 * len(RATIO_METRICS), breaks=breaks)
 
 
 # ------------------------------------------------------------------------------------------------- Table 3

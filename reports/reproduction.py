@@ -1,0 +1,324 @@
+"""The account of the reproduction, written from the result files under ``results/reference/``.
+
+    python -m reports --reproduction            # rewrite the generated blocks of README.md and results/REPRODUCTION.md
+    python -m reports --reproduction --check    # exit 1 naming each block that differs from its files
+
+A document holds a generated block between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``; the
+text between them is :data:`BLOCKS`'s builder of ``NAME`` run on the reference folder, every table built by the
+report's own code (``reports.tables``, ``reports.splits``) from the rows the files keep, and each block names the
+files it read. The prose around a block interprets it; no figure is typed there. The figures a block shows are drawn
+into ``results/figures/`` by the same command (``--check`` compares the text only).
+
+The reference files (results/README.md lists them): ``converge-<dataset>.json``, the converge profile's rows of every
+model; ``chosen-on-validation-<dataset>.json``, rows of a setting the paper chose on validation; ``rows-*.json`` and
+``converge-<dataset>-<model>-patience<N>.json``, runs that changed one thing against the profile's rows;
+``refit-gap-<dataset>-converge-<models>.json``, the profile's runs retrained on the validation item too;
+``splits-<dataset>.json``, the models under leave-one-out and a global temporal split.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+from recbench.reports import figures, names, splits, tables
+from recbench.reports.published import load_published
+from recbench.reports.render import Cell, Table, fmt, to_markdown
+from recbench.reports.results import ResultSet, Row, reference_results, row_settings
+from recbench.reports.stats import PerUser, summarize
+from recbench.reports.tables import label, value_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "results" / "reference"
+DOCUMENTS = (ROOT / "README.md", ROOT / "results" / "REPRODUCTION.md")
+FIGURES = ROOT / "results" / "figures"
+DATASETS = ("ml-1m", "beauty")  # the datasets the reproduction trained every model on
+TRANSFORMERS = ("sasrec", "sasrec-ce", "bert4rec")  # the models whose validation curves the account draws
+# A run beside the profile's rows that README's comparison shows as a row of its own, not as a probe.
+CHOSEN = "chosen-on-validation-{dataset}.json"
+# Files of runs that changed one thing against the profile: what was tried. The dropout probe's rows are the
+# chosen-on-validation rows, shown in README's comparison.
+PROBES = re.compile(r"(rows-probe-(?!ml-1m-dropout\b).*|rows-converge-.*|converge-.*-patience\d+)\.json")
+REFITS = "refit-gap-*-converge-*.json"
+BLOCK = re.compile(r"<!-- generated: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end generated: (?P=name) -->", re.S)
+
+
+@lru_cache(maxsize=None)
+def _load(path: Path) -> ResultSet:
+    return reference_results(path)
+
+
+def _source(paths) -> str:
+    """How a block names the files it read: relative to the repository."""
+    return ", ".join(f"`{Path(path).resolve().relative_to(ROOT)}`" for path in paths)
+
+
+def _chosen(reference: Path, dataset: str) -> tuple[str, ResultSet] | None:
+    """The rows chosen on validation for ``dataset`` with their label (model and settings), or None."""
+    path = reference / CHOSEN.format(dataset=dataset)
+    if not path.is_file():
+        return None
+    choice = json.loads(path.read_text(encoding="utf-8"))["chosen_on_validation"]
+    (model, chosen), = choice.items()
+    settings = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in chosen["settings"].items())
+    return f"{names.model_name(model)}, {settings}", _load(path)
+
+
+def _groups(reference: Path, protocol: str, with_chosen: bool = True) -> tuple[list[tuple[str, list[Row]]], list[Path]]:
+    """Every model of the converge profile on each of :data:`DATASETS`, then (``with_chosen``) its rows chosen on
+    validation, as (label, rows of ``protocol``) in the paper's order; and the files read."""
+    groups, read = [], []
+    for dataset in names.order_datasets(DATASETS):
+        path = reference / f"converge-{dataset}.json"
+        read.append(path)
+        found = tables.group(_load(path).select(study="main", protocol=protocol), "model")
+        groups += [(names.model_name(model), found[(model,)]) for model in names.order_models(m for m, in found)]
+        chosen = _chosen(reference, dataset) if with_chosen else None
+        if chosen:
+            groups.append((chosen[0], chosen[1].select(study="main", protocol=protocol)))
+            read.append(reference / CHOSEN.format(dataset=dataset))
+    return groups, read
+
+
+def _table_block(table: Table | None, read: list[Path]) -> str:
+    if table is None:
+        return f"No rows to show in {_source(read)}.\n"
+    table.notes.append(f"Read from {_source(read)} by `python -m reports --reproduction`.")
+    return to_markdown(table, title=False)
+
+
+# ----------------------------------------------------------------------------------------------------- blocks
+
+def paper_comparison(reference: Path) -> str:
+    """README's summary: every model of the converge profile against the paper, with ratios."""
+    groups, read = _groups(reference, tables.PUBLISHED_PROTOCOL)
+    return _table_block(tables.ratio_table(groups, load_published()[0]), read)
+
+
+def cost(reference: Path) -> str:
+    """README's cost of the comparison: the training time of the reference runs of the paper's models (Table 2's)."""
+    paper_models = {entry.model for entry in load_published()[0] if entry.table == "Table 2"}
+    groups, read = _groups(reference, "full", with_chosen=False)  # one full-ranking row per training run
+    runs = [rows for _, rows in groups if rows[0].model in paper_models]
+    seconds = sum(row.get("train_seconds", 0.0) for rows in runs for row in rows)
+    two_seeds = sum(2 * sum(row.get("train_seconds", 0.0) for row in rows) / len(rows) for rows in runs)
+    devices = sorted({names.device_name(row.get("device")) for rows in runs for row in rows})
+    return (f"Cost: the {sum(map(len, runs))} reference runs of the paper's {len({r[0].model for r in runs})} "
+            f"models trained for {seconds / 3600:.0f} hours in all on {'; '.join(devices)} "
+            f"(`train_seconds` of the rows of {_source(read)}); two seeds of every model come to about "
+            f"{two_seeds / 3600:.0f} hours. `--jobs N` trains N at once "
+            "([the guide](benchmarks/GUIDE.md#running-a-large-grid)), and on a GPU a run takes minutes where a CPU "
+            "takes hours.\n")
+
+
+def runs(reference: Path) -> str:
+    """How each run of the comparison ended: full ranking, best epochs, why training stopped, its hours."""
+    full, read = _groups(reference, "full")
+    table_rows, breaks, last = [], set(), None
+    for name, rows in full:
+        rows = sorted(rows, key=lambda row: row.seed)
+        if rows[0].dataset != last:
+            breaks.add(len(table_rows))
+            last = rows[0].dataset
+        stopped = sorted({str(row.get("stopped_by") or "no training") for row in rows})
+        table_rows.append([label(names.dataset_name(rows[0].dataset)), label(name), Cell(str(len(rows)), len(rows)),
+                           value_cell(summarize(rows, "NDCG@10")),
+                           label("/".join(str(row.get("best_epoch", "–")) for row in rows)),
+                           label("/".join(str(row.get("epochs_run", "–")) for row in rows)),
+                           label("/".join(f"{row.get('train_seconds', 0.0) / 3600:.1f}" for row in rows)),
+                           label(", ".join(stopped))])
+    devices = sorted({names.device_name(row.get("device")) for _, rows in full for row in rows})
+    notes = ["Protocol full (every item ranked), test split; mean ± sample standard deviation over the seeds. Best "
+             "epoch, epochs run and training hours per seed (seed 0/seed 1); stopped by: what ended each seed's "
+             f"training. Devices: {'; '.join(devices)}."]
+    return _table_block(Table("runs", "How the runs ended", ["Dataset", "Model", "Seeds", "Full NDCG@10", "Best epoch",
+                                                             "Epochs", "Hours", "Stopped by"], table_rows,
+                              notes=notes, align="llrrrrrl", breaks=breaks), read)
+
+
+def _curve_results(reference: Path) -> ResultSet:
+    """The Transformers' rows of the comparison, a chosen row renamed to its label so that it gets a line of its own."""
+    groups, _ = _groups(reference, "full")
+    rows = [replace(row, model=row.model if name == names.model_name(row.model) else name)
+            for name, found in groups for row in found if row.model in TRANSFORMERS]
+    return ResultSet(reference, rows)
+
+
+def curves(reference: Path) -> str:
+    """The Transformers' validation curves, one figure per dataset (drawn by :func:`draw_figures`)."""
+    return _figure_block(_curve_figure_names(_curve_results(reference)), "Validation NDCG@10 (full) of SASRec, "
+                         "SASRec-CE and BERT4Rec during training, against epochs and seconds, one line per seed")
+
+
+def _curve_figure_names(results: ResultSet) -> list[str]:
+    return [f"curves_{figures._slug(dataset)}" for dataset in names.order_datasets(results.values("dataset"))]
+
+
+def _figure_block(found: list[str], caption: str) -> str:
+    lines = [f"![{name}: {caption}](figures/{name}.png)  \n[{name}.pdf](figures/{name}.pdf)" for name in found]
+    return "\n\n".join(lines) + "\n"
+
+
+def _ablation_path(reference: Path) -> Path:
+    return reference / "rows-ablation-ml-1m-dropout.json"
+
+
+def table5(reference: Path) -> str:
+    """Table 5 on ML-1m: each variant's NDCG@10 and change against the default, the paper's beside them, paired
+    tests over users where the per-user files were kept."""
+    path = _ablation_path(reference)
+    results = _load(path)
+    table = tables.ablation_table(results, tables.PUBLISHED_PROTOCOL, published=load_published()[0],
+                                  per_user=PerUser(results.folder))
+    return _table_block(table, [path])
+
+
+def ablation_curves(reference: Path) -> str:
+    results = _load(_ablation_path(reference))
+    found = [f"ablation_curves_{figures._slug(d)}_{figures._slug(m)}"
+             for d, m in sorted({(r.dataset, r.model) for r in results.select(study="ablation")})]
+    return _figure_block(found, "Table 5's runs: validation NDCG@10 of each variant against epochs and seconds")
+
+
+def _changed(row: Row, profile: list[Row]) -> str:
+    """The settings in which ``row`` differs from the profile's row of its model, dataset and seed."""
+    base = next((r for r in profile if (r.model, r.seed) == (row.model, row.seed)), None)
+    if base is None:
+        return "–"
+    ours, theirs = row_settings(row.raw), row_settings(base.raw)
+    ours["precision"], theirs["precision"] = row.get("precision", "fp32"), base.get("precision", "fp32")
+    return ", ".join(f"{name.replace('_', ' ')} {ours.get(name)}" for name in sorted(ours.keys() | theirs.keys())
+                     if ours.get(name) != theirs.get(name)) or "nothing (another run)"
+
+
+def _change(value: float | None, against: float | None) -> Cell:
+    if value is None or not against:
+        return Cell()
+    change = (value - against) / against
+    return Cell(f"{100 * change:+.1f}%".replace("-", "−"), change)
+
+
+def probes(reference: Path) -> str:
+    """What was tried beside the profile: each run that changed something, against the profile's row of the same
+    model, dataset and seeds."""
+    table_rows, read = [], []
+    for path in sorted(p for p in reference.glob("*.json") if PROBES.fullmatch(p.name)):
+        results = _load(path)
+        read.append(path)
+        for (dataset, model), found in sorted(tables.group(results.select(study="main"), "dataset", "model").items(),
+                                              key=lambda item: (names.order_datasets(DATASETS).index(item[0][0])
+                                                                if item[0][0] in DATASETS else 9, item[0][1])):
+            profile = _load(reference / f"converge-{dataset}.json").select(study="main", model=model)
+            seeds = sorted({row.seed for row in found})
+            cells = [label(names.dataset_name(dataset)), label(names.model_name(model)),
+                     label(_changed(found[0], profile)), Cell(str(len(seeds)), len(seeds))]
+            for protocol in (tables.PUBLISHED_PROTOCOL, "full"):
+                ours = summarize([r for r in found if r.protocol == protocol], "NDCG@10")
+                base = summarize([r for r in profile if r.protocol == protocol and r.seed in seeds], "NDCG@10")
+                cells += [value_cell(ours), _change(ours and ours.mean, base and base.mean)]
+            runs_ = sorted((r for r in found if r.protocol == "full"), key=lambda r: r.seed)
+            cells += [label("/".join(str(r.get("best_epoch", "–")) for r in runs_)),
+                      label(", ".join(sorted({str(r.get("stopped_by")) for r in runs_}))), label(f"`{path.name}`")]
+            table_rows.append(cells)
+    notes = ["Test split, NDCG@10, mean over the seeds; Δ: the change against the converge profile's row of the "
+             "same model, dataset and seeds (`converge-<dataset>.json`); changed: the settings in which the run "
+             "differs from that row. Best epoch per seed; stopped by: what ended training."]
+    return _table_block(Table("probes", "Runs beside the profile", [
+        "Dataset", "Model", "Changed", "Seeds", "pop100 NDCG@10", "Δ", "Full NDCG@10", "Δ", "Best epoch",
+        "Stopped by", "File"], table_rows, notes=notes, align="lllrrrrrrll"), read)
+
+
+def refits(reference: Path) -> str:
+    """The profile's runs retrained from scratch on every item but the test one (the validation item included, as
+    the BERT4Rec authors' pipeline trains), for each run's best epoch count: evidence outside the protocol."""
+    table_rows, read = [], sorted(reference.glob(REFITS))
+    for path in read:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        found = kept["rows"]
+        cells = [label(names.dataset_name(kept["dataset"])), label(names.model_name(found[0]["model"])),
+                 Cell(str(len(found)), len(found))]
+        for protocol in (tables.PUBLISHED_PROTOCOL, "full"):
+            refit = [run["refit_on_s[:-1]"]["metrics"][protocol]["NDCG@10"] for run in found]
+            before = [run["protocol_run"]["metrics"][protocol]["NDCG@10"] for run in found]
+            mean, base = sum(refit) / len(refit), sum(before) / len(before)
+            cells += [Cell(fmt(mean), mean), _change(mean, base)]
+        cells += [label("/".join(str(run["refit_on_s[:-1]"]["epochs_run"]) for run in found)),
+                  label(f"`{path.name}`")]
+        table_rows.append(cells)
+    notes = ["Test split, NDCG@10 of the retrained runs, mean over the seeds; Δ: against the same seeds' rows under "
+             "the protocol, which never train on the validation item (PROTOCOL.md). Epochs: each retrained run's "
+             "fixed length, its row's best epoch."]
+    return _table_block(Table("refits", "Retrained on the validation item too", [
+        "Dataset", "Model", "Seeds", "pop100 NDCG@10", "Δ", "Full NDCG@10", "Δ", "Epochs", "File"],
+        table_rows, notes=notes, align="llrrrrrrl"), read)
+
+
+def split_tables(reference: Path) -> str:
+    """The models under leave-one-out and the global temporal split: side by side, Kendall's τ, the lists."""
+    blocks, read = [], sorted(reference.glob("splits-*.json"))
+    for path in read:
+        results = _load(path)
+        built, _ = splits.split_tables(results, PerUser(results.folder))
+        built.append(splits.beyond_accuracy_table(results))
+        blocks += [f"**{table.heading}** (`{path.name}`)\n\n" + to_markdown(table, title=False)
+                   for table in built if table is not None]
+    return "\n".join(blocks) + f"\nRead from {_source(read)} by `python -m reports --reproduction`.\n"
+
+
+BLOCKS = {"paper-comparison": paper_comparison, "cost": cost, "runs": runs, "curves": curves, "table5": table5,
+          "ablation-curves": ablation_curves, "probes": probes, "refits": refits, "splits": split_tables}
+
+
+# -------------------------------------------------------------------------------------------------- documents
+
+def expected(document: Path, reference: Path = REFERENCE) -> dict[str, tuple[str, str]]:
+    """{block name: (its text in ``document``, the text its builder gives)} for every generated block there; an
+    unknown name's builder text says so."""
+    text = Path(document).read_text(encoding="utf-8")
+    return {match["name"]: (match["body"], BLOCKS[match["name"]](reference) if match["name"] in BLOCKS
+                            else f"(no builder named {match['name']!r}; known: {', '.join(BLOCKS)})\n")
+            for match in BLOCK.finditer(text)}
+
+
+def stale(document: Path, reference: Path = REFERENCE) -> list[str]:
+    """The names of ``document``'s generated blocks whose text differs from what their files give."""
+    return [name for name, (found, wanted) in expected(document, reference).items() if found != wanted]
+
+
+def rewrite(document: Path, reference: Path = REFERENCE) -> list[str]:
+    """Put each generated block of ``document`` in place from its files; the names of those that changed."""
+    from recbench.benchmarks.store import write_atomic
+
+    document = Path(document)
+    text, wanted = document.read_text(encoding="utf-8"), expected(document, reference)
+    new = BLOCK.sub(lambda m: f"<!-- generated: {m['name']} -->\n{wanted[m['name']][1]}"
+                              f"<!-- end generated: {m['name']} -->", text)
+    if new != text:
+        write_atomic(document, new)
+    return [name for name, (found, built) in wanted.items() if found != built]
+
+
+def draw_figures(reference: Path = REFERENCE, folder: Path = FIGURES) -> list[Path]:
+    """The figures the generated blocks show: the Transformers' curves and Table 5's runs."""
+    with figures.house_style():
+        drawn = [figures.curve_figures(_curve_results(reference), folder),
+                 figures.ablation_curve_figures(_load(_ablation_path(reference)), folder)]
+    return [path for outcome in drawn for figure in outcome.figures for path in figure.paths]
+
+
+def update_documents(check: bool = False, reference: Path = REFERENCE) -> int:
+    """``python -m reports --reproduction``: rewrite (or with ``check``, compare) every document's blocks."""
+    differing = []
+    for document in DOCUMENTS:
+        changed = stale(document, reference) if check else rewrite(document, reference)
+        differing += [f"{document.relative_to(ROOT)}: {name}" for name in changed]
+    if check:
+        print("\n".join(f"differs from its files: {entry}" for entry in differing) or "every generated block is "
+              "as its files give it")
+        return 1 if differing else 0
+    for path in draw_figures(reference):
+        print(f"drew {path.relative_to(ROOT)}")
+    print("\n".join(f"rewrote {entry}" for entry in differing) or "every generated block was already up to date")
+    return 0
