@@ -116,8 +116,11 @@ _SPECS = (
     DatasetSpec("ml-1m", "MovieLens 1M (BERT4Rec Table 1: 6,040 users, 3,416 items, 1.0m actions)", (
         _authors("ML-1m", "ml-1m.txt", "b725f3acb3986fe3130bffd1e77a74d182a1f51799567a236dbd60270f95b0a2"),
         Source("sequences", "user-item", ("ml-1m_seq_full.txt",),
-               "every ML-1M rating, time-ordered per user, original ids (BERT4Rec-VAE-Pytorch preprocessing, whose "
-               "unstable sort need not keep ratings.dat's order among same-second ratings)",
+               "every ML-1M rating, time-ordered per user, original ids (BERT4Rec-VAE-Pytorch preprocessing); the "
+               "same interactions as the authors' ml-1m.txt, but not its order among a user's same-second ratings: on "
+               "the authors' first 12 users 412 of 1,549 positions (27%) hold another item, none moved more than 6 "
+               "places, and for one of the 12 both the validation and the test item differ; the authors' ml-1m.txt, "
+               "where present, is read instead",
                ITEMS_THEN_USERS),
         Source("raw", "ml-dat", ("ml-1m.zip", "ml-1m/ratings.dat"), "GroupLens MovieLens 1M ratings.dat",
                ITEMS_THEN_USERS, members=("ml-1m/ratings.dat",),
