@@ -12,8 +12,9 @@ the excluded columns are taken back out of the counts afterwards, so the evaluat
 a model returned (a model may hand back its own tensor or a broadcast view of it).
 
 How fast that runs is :mod:`benchmarks.evaluator_fast`'s business: chunk sizes that fit the device's memory,
-the CPU's cache-sized comparisons, and the tiled full ranking of a model whose scores are a product
-q_u · e_i + b_i (``models.base.ScoreFactors``) on the CPU. Each gives exactly this file's counts.
+the comparisons with the target's score (on the CPU in cache-sized slices), the top lists read slice by slice, and
+the tiled full ranking of a model whose scores are a product q_u · e_i + b_i (``models.base.ScoreFactors``) on the
+CPU, with its progress bars. Each gives exactly this file's counts.
 """
 from __future__ import annotations
 
@@ -26,13 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from recbench.benchmarks.evaluator_fast import (
-    LIST_SLICE_BYTES,
-    TiledRanking,
-    chunk_users,
-    count_rows_on_cpu,
-    settled_lists,
-)
+from recbench.benchmarks.evaluator_fast import chunk_users, compare_rows, list_entries, tiled_counts
 from recbench.benchmarks.metrics import (
     DEFAULT_METRICS,
     RankCounts,
@@ -50,64 +45,11 @@ from recbench.datasets.errors import unknown
 from recbench.datasets.progress import progress_bar
 from recbench.datasets.sequences import LeaveOneOutSplit
 from recbench.datasets.splits import TemporalSplit
-from recbench.models.base import Recommender, ScoreFactors, wrong_return
+from recbench.models.base import Recommender
 
 PROTOCOLS = ("full", *SAMPLED_PROTOCOLS)
 # Users per seeded draw of the sampled protocols' candidate order (the evaluator's former fixed chunk size).
 ORDER_BLOCK = 256
-
-
-def compare_rows(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """For each row of ``scores`` (B, C): how many entries are above its ``reference`` (B, 1) and how many equal
-    it, as int64 (B,) tensors, and the largest entry of all (NaN if any entry is NaN). Reads ``scores`` (any
-    layout, e.g. a broadcast view) and compares in float32; never writes into it."""
-    reference = reference.float()
-    if scores.device.type == "cpu":
-        return count_rows_on_cpu(scores, reference)
-    return (scores > reference).sum(1), (scores == reference).sum(1), float(scores.max())
-
-
-def check_factors(model: Recommender, factors, rows: int, n_slots: int) -> None:
-    """``score_factors`` of ``rows`` histories, refused in one line unless they are :class:`ScoreFactors` whose
-    shapes make a ``(rows, n_slots)`` score matrix."""
-    expected = (f"ScoreFactors(queries ({rows}, d), items ({n_slots}, d), bias ({n_slots},) or None) "
-                f"(recbench.models.base), or None when the scores are no such product")
-    if not isinstance(factors, ScoreFactors):
-        raise wrong_return(model, "score_factors(users, histories)", factors, expected)
-    queries, items, bias = factors
-    if not (isinstance(queries, torch.Tensor) and isinstance(items, torch.Tensor) and queries.dim() == items.dim() == 2
-            and queries.shape == (rows, items.shape[1]) and len(items) == n_slots
-            and (bias is None or isinstance(bias, torch.Tensor) and tuple(bias.shape) == (n_slots,))):
-        raise wrong_return(model, "score_factors(users, histories)", tuple(factors), expected)
-
-
-def list_entries(scores: torch.Tensor, excluded_rows: torch.Tensor, excluded_items: torch.Tensor,
-                 depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What :class:`benchmarks.metrics.TopLists` needs of each row's top-``depth`` list under full ranking: every
-    candidate (a column other than the excluded (row, column) pairs, ``excluded_rows`` in ascending order) scored
-    at least as high as the row's ``depth``-th best candidate, or all of the row's candidates when it has fewer,
-    as numpy (row, column, score). Reads ``scores``, never writes into it.
-
-    A row whose ``depth + 1``-th best score is below its ``depth``-th has exactly its first ``depth``; any other
-    (ties across the list's end, too few finite candidates) is read in full."""
-    n_rows, n_columns = scores.shape
-    step = max(1, LIST_SLICE_BYTES // (4 * n_columns))
-    bounds = torch.searchsorted(excluded_rows, torch.arange(0, n_rows + step, step, device=scores.device)).tolist()
-    found = []
-    for slice_index, start in enumerate(range(0, n_rows, step)):
-        cut = slice(bounds[slice_index], bounds[slice_index + 1])
-        rows, items = excluded_rows[cut] - start, excluded_items[cut]
-        masked = scores[start:start + step].float().clone()  # a copy: the model's scores stay as returned
-        masked[rows, items] = -math.inf
-        settled, opened, threshold = settled_lists(*masked.topk(min(depth + 1, n_columns), dim=1), depth)
-        found.append((settled[0] + start, *settled[1:]))
-        if len(opened):  # −inf may be a real score here: the candidates are told apart by their columns
-            candidate = torch.ones_like(masked, dtype=torch.bool)
-            candidate[rows, items] = False
-            chosen = masked[opened]
-            at = (candidate[opened] & (chosen >= threshold)).nonzero()
-            found.append((opened[at[:, 0]] + start, at[:, 1], chosen[at[:, 0], at[:, 1]]))
-    return tuple(torch.cat(parts).cpu().numpy() for parts in zip(*found))
 
 
 @contextmanager
@@ -260,7 +202,9 @@ class Evaluator:
         full = FullPass(self.excluded(split), lists) if negatives is None else None
         with evaluation_mode(model), bar:
             tiled = self.tiled and negatives is None and model.device.type == "cpu"
-            greater, ties = ((tiled and self._tiled_counts(model, view, scored, batch_size, bar, label, full))
+            batches = history_batches(model, view, scored, batch_size)
+            greater, ties = ((tiled and tiled_counts(model, batches, view, scored, self.split.n_items + 1, bar, label,
+                                                     full.lists, full.excluded))
                              or self._chunk_counts(model, model_name, view, scored, negatives, batch_size, bar, full))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))
@@ -335,32 +279,6 @@ class Evaluator:
         if full.lists is not None:  # the lists are drawn from the same candidates as the target's rank
             full.lists.add(*list_entries(scores, rows, items, full.lists.depth))
         return greater, ties
-
-    def _tiled_counts(self, model, view, rows: np.ndarray, batch_size: int, bar, label: str, full: FullPass):
-        """Full-ranking (greater, ties) of a product-score model through
-        :class:`benchmarks.evaluator_fast.TiledRanking`, or None when the model's scores are not a product
-        (``score_factors`` returns None) or the tiled counts would not be exact (the caller then ranks the
-        full score matrix). The queries come in the general path's chunks."""
-        if not len(rows):
-            return None
-        queries, factors = [], None
-        bar.set_description_str(f"{label} (queries)", refresh=False)  # shown once the bar's delay has passed
-        for _, chunk, users_t, histories in history_batches(model, view, rows, batch_size):
-            factors = model.score_factors(users_t, histories)
-            if factors is None:
-                return None
-            check_factors(model, factors, len(chunk), self.split.n_items + 1)
-            queries.append(factors.queries)
-            bar.update(len(chunk))
-        ranking = TiledRanking(torch.cat(queries), factors.items, factors.bias, self.split.n_items + 1)
-        if not ranking.exact():
-            bar.reset()  # the general path counts the users again
-            bar.set_description_str(label)
-            return None
-        shown = not bar.disable
-        bar.close()  # the ranking is a second pass over the users, with a bar (and a delay) of its own
-        with progress_bar(len(rows), f"{label} (ranking)", shown, unit=" users", unit_scale=True) as ranking_bar:
-            return ranking.counts(view, rows, ranking_bar, full.lists, full.excluded)
 
     def _candidate_order(self, rows: np.ndarray, start: int, stop: int, width: int) -> torch.Tensor:
         """Column order of the candidates of ``rows[start:stop]``: one random permutation per user, drawn in

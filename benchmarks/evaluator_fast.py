@@ -1,6 +1,7 @@
 """The evaluator's engineering, apart from its protocol (``benchmarks/evaluator.py``): how many users one
-``score`` call gets, how score rows are counted on the CPU while they are in the cache, and the tiled full
-ranking of a product-score model on the CPU. Each gives exactly the counts of the protocol's plain reading
+``score`` call gets, how score rows are compared with the target's (on the CPU while they are in the cache), how the
+top lists are read slice by slice, and the tiled full ranking of a product-score model on the CPU with its progress
+bars (:func:`tiled_counts`). Each gives exactly the counts of the protocol's plain reading
 (``tests/test_evaluator.py`` holds them equal on hand-made ties, subnormal differences and real ML-1m users).
 """
 from __future__ import annotations
@@ -11,6 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from recbench.datasets.progress import progress_bar
+from recbench.models.base import Recommender, ScoreFactors, wrong_return
 
 # Memory one scoring chunk may take: scores, comparison masks and the model's activations (``chunk_users``).
 CPU_CHUNK_BYTES = 128 * 2**20
@@ -26,7 +30,7 @@ CPU_SLICE_BYTES = 2**18
 # scores, 1 MiB, stays in a core's cache while it is counted) and users per product.
 TILE_ITEMS = 1024
 TILE_USERS = 256
-# The top-k lists of full ranking (``evaluator.list_entries``) mask a copy of this many bytes of scores at a time.
+# The top-k lists of full ranking (:func:`list_entries`) mask a copy of this many bytes of scores at a time.
 LIST_SLICE_BYTES = 2**24
 # Scores bounded below this in magnitude are finite, and so is their difference with the target's.
 FINITE_SCORE_BOUND = 2.0 ** 126
@@ -53,7 +57,7 @@ def chunk_users(device: torch.device, n_columns: int, history_length: int, align
 
 
 def count_rows_on_cpu(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """:func:`benchmarks.evaluator.compare_rows` on the CPU: the rows are compared a slice of
+    """:func:`compare_rows` on the CPU: the rows are compared a slice of
     ``CPU_SLICE_BYTES`` at a time, while the slice is in the cache, and counted by numpy (torch's row count of a
     bool matrix is five times slower there: its uint8 → int32 sum is not vectorised; comparing a whole chunk at
     once reads it from memory twice more)."""
@@ -190,7 +194,7 @@ class TiledRanking:
         return self.excluded[bounds[0]:bounds[1]] - lo
 
     def _list_entries(self, q: torch.Tensor, excluded: tuple, best: tuple, depth: int) -> tuple:
-        """``evaluator.list_entries`` for the users ``q``, from their best ``depth + 1`` (values, columns): as
+        """:func:`list_entries` for the users ``q``, from their best ``depth + 1`` (values, columns): as
         numpy (position in ``q``, item, score). Every real score is finite here (:meth:`exact`): −inf is an
         excluded column."""
         settled, opened, threshold = settled_lists(*best, depth)
@@ -230,3 +234,84 @@ def _keep_best(best: tuple | None, scores: torch.Tensor, first_column: int, widt
         values, at = values.topk(min(width, values.shape[1]), dim=1)
         columns = columns.gather(1, at)
     return values, columns
+
+
+def compare_rows(scores: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """For each row of ``scores`` (B, C): how many entries are above its ``reference`` (B, 1) and how many equal
+    it, as int64 (B,) tensors, and the largest entry of all (NaN if any entry is NaN). Reads ``scores`` (any
+    layout, e.g. a broadcast view) and compares in float32; never writes into it."""
+    reference = reference.float()
+    if scores.device.type == "cpu":
+        return count_rows_on_cpu(scores, reference)
+    return (scores > reference).sum(1), (scores == reference).sum(1), float(scores.max())
+
+
+def check_factors(model: Recommender, factors, rows: int, n_slots: int) -> None:
+    """``score_factors`` of ``rows`` histories, refused in one line unless they are :class:`ScoreFactors` whose
+    shapes make a ``(rows, n_slots)`` score matrix."""
+    expected = (f"ScoreFactors(queries ({rows}, d), items ({n_slots}, d), bias ({n_slots},) or None) "
+                f"(recbench.models.base), or None when the scores are no such product")
+    if not isinstance(factors, ScoreFactors):
+        raise wrong_return(model, "score_factors(users, histories)", factors, expected)
+    queries, items, bias = factors
+    if not (isinstance(queries, torch.Tensor) and isinstance(items, torch.Tensor) and queries.dim() == items.dim() == 2
+            and queries.shape == (rows, items.shape[1]) and len(items) == n_slots
+            and (bias is None or isinstance(bias, torch.Tensor) and tuple(bias.shape) == (n_slots,))):
+        raise wrong_return(model, "score_factors(users, histories)", tuple(factors), expected)
+
+
+def list_entries(scores: torch.Tensor, excluded_rows: torch.Tensor, excluded_items: torch.Tensor,
+                 depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :class:`benchmarks.metrics.TopLists` needs of each row's top-``depth`` list under full ranking: every
+    candidate (a column other than the excluded (row, column) pairs, ``excluded_rows`` in ascending order) scored
+    at least as high as the row's ``depth``-th best candidate, or all of the row's candidates when it has fewer,
+    as numpy (row, column, score). Reads ``scores``, never writes into it.
+
+    A row whose ``depth + 1``-th best score is below its ``depth``-th has exactly its first ``depth``; any other
+    (ties across the list's end, too few finite candidates) is read in full."""
+    n_rows, n_columns = scores.shape
+    step = max(1, LIST_SLICE_BYTES // (4 * n_columns))
+    bounds = torch.searchsorted(excluded_rows, torch.arange(0, n_rows + step, step, device=scores.device)).tolist()
+    found = []
+    for slice_index, start in enumerate(range(0, n_rows, step)):
+        cut = slice(bounds[slice_index], bounds[slice_index + 1])
+        rows, items = excluded_rows[cut] - start, excluded_items[cut]
+        masked = scores[start:start + step].float().clone()  # a copy: the model's scores stay as returned
+        masked[rows, items] = -math.inf
+        settled, opened, threshold = settled_lists(*masked.topk(min(depth + 1, n_columns), dim=1), depth)
+        found.append((settled[0] + start, *settled[1:]))
+        if len(opened):  # −inf may be a real score here: the candidates are told apart by their columns
+            candidate = torch.ones_like(masked, dtype=torch.bool)
+            candidate[rows, items] = False
+            chosen = masked[opened]
+            at = (candidate[opened] & (chosen >= threshold)).nonzero()
+            found.append((opened[at[:, 0]] + start, at[:, 1], chosen[at[:, 0], at[:, 1]]))
+    return tuple(torch.cat(parts).cpu().numpy() for parts in zip(*found))
+
+
+def tiled_counts(model, batches, view, rows: np.ndarray, n_slots: int, bar, label: str, lists, excluded):
+    """Full-ranking (greater, ties) of the ``rows`` of ``view`` for a product-score model through
+    :class:`TiledRanking` (``lists``, when given, also receives their top lists; ``excluded``: the items no user may
+    get), or None when the model's scores are not a product (``score_factors`` returns None) or the tiled counts
+    would not be exact (the caller then ranks the full score matrix). The queries come in the general path's chunks
+    (``batches``: ``benchmarks.evaluator.history_batches`` of ``rows``)."""
+    if not len(rows):
+        return None
+    queries, factors = [], None
+    bar.set_description_str(f"{label} (queries)", refresh=False)  # shown once the bar's delay has passed
+    for _, chunk, users_t, histories in batches:
+        factors = model.score_factors(users_t, histories)
+        if factors is None:
+            return None
+        check_factors(model, factors, len(chunk), n_slots)
+        queries.append(factors.queries)
+        bar.update(len(chunk))
+    ranking = TiledRanking(torch.cat(queries), factors.items, factors.bias, n_slots)
+    if not ranking.exact():
+        bar.reset()  # the general path counts the users again
+        bar.set_description_str(label)
+        return None
+    shown = not bar.disable
+    bar.close()  # the ranking is a second pass over the users, with a bar (and a delay) of its own
+    with progress_bar(len(rows), f"{label} (ranking)", shown, unit=" users", unit_scale=True) as ranking_bar:
+        return ranking.counts(view, rows, ranking_bar, lists, excluded)
