@@ -34,7 +34,7 @@ TASKS = ("next-item", RELEVANCE)
 # what a run computes (seed, progress, checkpoint and compile left them; amp became precision). 3: every field is
 # always present (cpu_budget_s, tuned_from, model_source_sha256 were left out when unset).
 KEY_VERSION = 3
-TIE_POLICY = "expected"  # the evaluator's tie policy for every result the runner writes (PROTOCOL.md, "Rank and ties")
+TIE_POLICY = "expected"  # the evaluator's tie policy for every result the worker writes (PROTOCOL.md, "Rank and ties")
 
 
 class GridError(ValueError):

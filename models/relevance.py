@@ -24,7 +24,7 @@ from recbench.models.sampling import InteractionSet, uniform_negatives
 
 
 class RelevanceModel:
-    """Mixin for a :class:`models.base.NeuralRecommender` trained for relevance prediction; the runner selects
+    """Mixin for a :class:`models.base.NeuralRecommender` trained for relevance prediction; the harness selects
     such a model on the validation pairs' relevance metrics and takes its probabilities as they are."""
 
     def predict_proba(self, users: torch.Tensor, histories: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ The default suite runs the default grid once at full size (about 90 CPU-seconds:
 promise, because BERT4Rec needs a few hundred steps over enough users to leave the popularity plateau it starts
 on; with 400 users it stayed at POP's level through its 15 epochs) and checks that two short runs of the same
 grid on smaller data agree to the last digit; the slow suite runs the whole default twice and compares the
-tables. What makes CPU runs repeat is the runner's deterministic kernels (four SASRec runs on 2 threads without
+tables. What makes CPU runs repeat is the worker's deterministic kernels (four SASRec runs on 2 threads without
 them ended at four different values) and ``MKL_CBWR=AUTO``, which importing ``benchmarks`` sets (MKL's sums
 otherwise follow the memory alignment of their inputs); runs go to fresh processes, with that variable set."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ SEQUENTIAL = [model for model in DEFAULT_MODELS if model not in NON_SEQUENTIAL]
 PROMISE = 1.5  # × POP's full-ranking NDCG@10
 ENV = {**os.environ, "MKL_CBWR": "AUTO"}
 
-# The default grid through the runner, on the default generator with fewer users; the dataset is named
+# The default grid through the driver (run_jobs), on the default generator with fewer users; the dataset is named
 # "synthetic" so that the default run's smoke settings apply. Prints each model's full-ranking metrics.
 SMALL_RUN = """
 import json, sys

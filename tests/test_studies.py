@@ -1,5 +1,5 @@
 """The studies as the paper ran them (ablation, sensitivity sweeps with their tied settings, Cloze study at d = 256),
-their plan and time estimates, and one tiny study run end to end through the runner."""
+their plan and time estimates, and one tiny study run end to end through the grid."""
 import json
 import re
 

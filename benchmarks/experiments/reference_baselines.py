@@ -4,7 +4,7 @@ Caser and LSTM (plus SASRec and SASRec-CE when registered), paper profile, teste
     python -m benchmarks.experiments.reference_baselines --datasets ml-1m --budget-min 5 --data-dir DIR
 
 Every model trains through :func:`benchmarks.grid.run_jobs` (one job at a time) with its paper profile and a
-wall-clock cap of ``--budget-min`` minutes (validation included); early stopping may end it sooner. The runner's
+wall-clock cap of ``--budget-min`` minutes (validation included); early stopping may end it sooner. The grid's
 own folder (``results/reference-runs/<dataset>/``: results.jsonl, per-user counts, checkpoints; not in git) lets
 an interrupted run continue with ``--resume``, and a later call with ``--models`` reruns just those models. The
 small summary of every model run so far for the dataset goes to
@@ -48,9 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="torch CPU threads (default: torch's choice); on a CPU shared with other jobs, 1 "
                              "thread can be many times faster than threads that spin against each other")
     parser.add_argument("--data-dir", default=None, help="folder with the dataset files (else $RECBENCH_DATA_DIR)")
-    parser.add_argument("--cache-dir", default=None, help="prepared datasets and negatives (runner's default)")
+    parser.add_argument("--cache-dir", default=None, help="prepared datasets and negatives (the grid's default)")
     parser.add_argument("--runs-dir", default=str(ROOT / "results" / "reference-runs"),
-                        help="the runner's output folders, one per dataset (not kept in git)")
+                        help="the grid's output folders, one per dataset (not kept in git)")
     parser.add_argument("--output", default=str(ROOT / "results" / "reference"),
                         help="where the JSON/CSV summaries go")
     parser.add_argument("--resume", action="store_true", help="skip finished models, continue interrupted ones")

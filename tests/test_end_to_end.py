@@ -1,4 +1,5 @@
-"""End to end through the job runner: result rows carry the schema, a rerun resumes, bad names are explained."""
+"""End to end through the grid (run_all.py, run_jobs): result rows carry the schema, a rerun resumes, bad names
+are explained."""
 import json
 from types import SimpleNamespace
 
