@@ -205,16 +205,20 @@ def interrupt_training_at_validation(monkeypatch, number: int) -> None:
     monkeypatch.setattr(Evaluator, "evaluate", crash)
 
 
+USER_PAGES = ("README.md", "benchmarks/EXTENDING.md", "benchmarks/GUIDE.md")  # README.md and the pages it links to
+
+
 def readme_section(title: str) -> str:
-    """The text of README.md's section ``## title``."""
-    text = (ROOT / "README.md").read_text()
+    """The text of the section ``## title`` of README.md or of the first user's page it links to that has it."""
+    text = next(text for page in USER_PAGES if f"\n## {title}\n" in (text := (ROOT / page).read_text()))
     start = text.index(f"## {title}\n")
-    return text[start:text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
 
 
 def readme_blocks(title: str) -> list[tuple[str, str, str | None]]:
-    """Every code block of README.md's section ``title`` as (language, text, the path the sentence just before it
-    says to save it as, or None)."""
+    """Every code block of the user's pages' section ``title`` (:func:`readme_section`) as (language, text, the path
+    the sentence just before it says to save it as, or None)."""
     text, blocks = readme_section(title), []
     for block in README_BLOCK.finditer(text):
         before = text[:block.start()].rstrip("\n")

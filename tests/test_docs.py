@@ -172,3 +172,23 @@ def test_a_reference_file_no_line_describes_is_named():
     names = ["rows-probe.json", "base-ml-1m.csv", "base-ml-1m.json", "gpu", "grid-8.json",
              "base-ml-1m.txt", "rows.json"]
     assert undescribed(names, readme) == ["base-ml-1m.txt", "rows.json"]
+
+
+README_LIMIT = 250  # lines: README.md is the guide of the person who runs the suite; the rest is on linked pages
+MAIN_JOB = "pip install torch==2.13.0 && pip install -e . && python run_all.py"
+TEST_JOB = 'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m pytest'
+TABLE2 = "python run_all.py --datasets ml-1m beauty --models table2 --profile converge --seeds 0 1 --resume"
+
+
+def test_the_readme_is_a_short_guide_with_the_two_set_up_commands_and_the_papers_comparison_early():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_LIMIT, f"README.md has {len(lines)} lines; move detail to a page it links to"
+    blocks = re.findall(r"```bash\n(.*?)```", "\n".join(lines), re.S)
+    assert blocks[:2] == [MAIN_JOB + "\n", TEST_JOB + "\n"]  # the set-up section's two commands, as CI runs them
+    first = next(number for number, line in enumerate(lines, start=1) if line.startswith(TABLE2))
+    assert first <= 60, f"the paper's comparison is on line {first}; a newcomer should meet it in the first 60"
+
+
+def test_ci_installs_and_tests_as_the_readme_says():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "torch==2.13.0" in ci and '-e ".[dev]"' in ci and "python -m pytest" in ci

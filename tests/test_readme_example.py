@@ -1,5 +1,5 @@
-"""README.md, "Bring your own model", run as written: its model file and settings are saved where it says (a
-package outside the checkout, under a temporary home folder) and its shell commands run from the checkout."""
+"""benchmarks/EXTENDING.md, "Bring your own model", run as written: its model file and settings are saved where it
+says (a package outside the checkout, under a temporary home folder) and its shell commands run from the checkout."""
 import os
 import subprocess
 import sys

@@ -1,0 +1,147 @@
+"""The account of the reproduction (``reports.reproduction``): README.md's and results/REPRODUCTION.md's generated
+blocks are what ``python -m reports --reproduction`` writes from ``results/reference/``, README's list of gaps says
+what its table shows, and no measured figure stands in two documents."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from recbench.reports import reproduction
+from recbench.reports.__main__ import main as cli
+from recbench.reports.published import load_published
+from recbench.reports.results import load_results
+from recbench.reports.tables import model_groups, ratio_table
+from tests.fixtures.reports_fixture import ranking_row, write_results
+from tests.helpers import ROOT
+
+README = ROOT / "README.md"
+GAP_BAND = 0.03  # README lists every row whose NDCG@10 is further than this from the paper's, relatively
+# The documents a reader is sent to; published values (reports/published.csv) may stand in several of them.
+DOCUMENTS = ("README.md", "results/REPRODUCTION.md", "models/fidelity.md", "PAPER.md", "PROTOCOL.md",
+             "ARCHITECTURE.md", "benchmarks/GUIDE.md", "benchmarks/EXTENDING.md", "results/README.md")
+# A measured value as the documents write it, .4612 or 0.4612; not a standard deviation (± .0030) and not one below
+# .01, which two unrelated measurements share by chance.
+FIGURE = re.compile(r"(?<![\d.])(?<!± )(?<!± 0)0?(\.(?!00)\d{4})(?!\d)")
+
+
+@pytest.mark.parametrize("document", reproduction.DOCUMENTS, ids=lambda path: path.name)
+def test_every_generated_block_is_what_its_files_give(document):
+    found = reproduction.expected(document)
+    assert found, f"{document} has no generated block"
+    differing = [name for name, (text, built) in found.items() if text != built]
+    assert not differing, (f"{document.relative_to(ROOT)}: blocks {differing} differ from their files; run "
+                           f"python -m reports --reproduction")
+    for name, (text, _) in found.items():
+        for figure in re.findall(r"\]\((figures/[^)]+)\)", text):
+            assert (document.parent / figure).is_file(), f"{name} shows {figure}, which is not there"
+
+
+def test_the_blocks_the_readme_promises_are_there():
+    found = reproduction.expected(README)
+    assert {"paper-comparison", "cost"} <= set(found)
+    table = found["paper-comparison"][1]
+    assert table.count("\n| ") - 1 <= 25  # rows, less the header
+    assert "converge-ml-1m.json" in table and "converge-beauty.json" in table  # it names the files it read
+
+
+def test_a_block_edited_by_hand_is_named_and_rewritten_from_its_files(tmp_path):
+    copy = tmp_path / "README.md"
+    shutil.copy(README, copy)
+    text = copy.read_text()
+    start = text.index("<!-- generated: paper-comparison -->")
+    edited = text[:start] + text[start:].replace("0.4759", "0.4760", 1)  # the paper's BERT4Rec, retyped wrongly
+    copy.write_text(edited)
+    assert reproduction.stale(copy) == ["paper-comparison"]
+    assert reproduction.rewrite(copy) == ["paper-comparison"]
+    assert copy.read_text() == text and reproduction.stale(copy) == []
+
+
+def test_the_check_mode_writes_nothing_and_says_whether_the_blocks_stand(capsys):
+    before = {path: path.read_text() for path in reproduction.DOCUMENTS}
+    assert cli(["--reproduction", "--check"]) == 0
+    assert "every generated block is as its files give it" in capsys.readouterr().out
+    assert {path: path.read_text() for path in reproduction.DOCUMENTS} == before
+    with pytest.raises(SystemExit):
+        cli(["--check"])  # only with --reproduction
+
+
+def test_the_ratio_table_by_hand(tmp_path):
+    """Ours over the paper: the mean over seeds divided by the published row each is held against; a model the
+    paper lacks gets gaps, and the table is the same in a user's report."""
+    rows = [ranking_row(tmp_path, "ml-1m", model, seed) for model in ("sasrec", "sasrec-ce") for seed in (0, 1)]
+    for row in rows:
+        row["metrics"]["NDCG@10"] = {0: 0.40, 1: 0.42}[row["seed"]]
+        row["profile"] = "converge"
+    results = load_results(write_results(tmp_path, rows))
+    table = ratio_table(model_groups(results), load_published()[0])
+    cells = {row[1].text: row for row in table.rows}
+    published = next(e.value for e in load_published()[0] if (e.table, e.dataset, e.model, e.metric)
+                     == ("Table 2", "ml-1m", "sasrec", "NDCG@10"))
+    assert cells["SASRec"][4].value == published and cells["SASRec"][5].text == f"{0.41 / published:.2f}"
+    assert cells["SASRec-CE"][4].text == "–" and cells["SASRec-CE"][5].text == "–"
+    from recbench.reports import generate_report
+
+    assert "Ours against the paper" in generate_report(tmp_path).read_text()
+
+
+def readme_table() -> dict[tuple[str, str], float]:
+    """README's comparison: (dataset, model) -> our NDCG@10 mean over the paper's."""
+    text = reproduction.expected(README)["paper-comparison"][0]
+    ratios = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) > 5 and re.match(r"\d", cells[4]):
+            ratios[(cells[0], cells[1])] = float(cells[3].split(" ± ")[0]) / float(cells[4])
+    return ratios
+
+
+def test_readmes_list_of_gaps_says_what_its_table_shows():
+    """One sentence per row further than 3% from the paper, saying which way; none for the rows within it."""
+    ratios = readme_table()
+    said = {(dataset, model): way for dataset, model, way in
+            re.findall(r"^- \*\*(\S+) (.+?)\*\* (below|above) the paper", README.read_text(), re.M)}
+    gaps = {key: "below" if ratio < 1 else "above" for key, ratio in ratios.items() if abs(ratio - 1) > GAP_BAND}
+    assert said == gaps
+
+
+# Two different measurements that happen to share four decimals, each typed in one document (the first named) and
+# written by a block of another: figure -> what each is.
+COINCIDENCES = {
+    ".0124": "fidelity: Cloze 1-mask (last) full, seed 1 / SASRec's Beauty full NDCG@10",
+    ".0136": "fidelity: Cloze 1-mask (last) full, seed 0 / a list metric of the splits' tables",
+    ".0196": "fidelity: BERT4Rec at lr 1e-4 after 10 epochs / a list metric of the splits' tables",
+    ".0210": "fidelity: BERT4Rec's earlier design after 600 steps / the splits' tables",
+    ".0373": "fidelity: BPR-MF at d = 32 / the splits' tables",
+    ".0383": "fidelity: BERT4Rec's paper profile, seed 1, 600 steps / NCF's ML-1m full NDCG@10",
+    ".1049": "fidelity: a SASRec switch's HR@10 / the splits' tables",
+    ".1442": "fidelity: SASRec retrained on s[:-1], HR@10 after 10 epochs / BERT4Rec's ML-1m full NDCG@10",
+    ".1537": "fidelity: Klenitskiy & Vasilev's published replication / README: SASRec's Beauty NDCG@10",
+    ".3752": "fidelity: NCF's 6-epoch paper-profile HR@10 / README: NCF's converged ML-1m HR@10",
+}
+
+
+def test_no_measured_figure_stands_in_two_documents():
+    """A figure typed in a document (outside its generated blocks) stands nowhere else, typed or generated; the
+    paper's published values may, and so may the listed coincidences."""
+    published = {f"{entry.value:.4f}"[1:] for entry in load_published()[0] if entry.value < 1}
+    typed: dict[str, set[str]] = {}
+    anywhere: dict[str, set[str]] = {}
+    for name in DOCUMENTS:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        for figure in FIGURE.findall(text):
+            anywhere.setdefault(figure, set()).add(name)
+        for figure in FIGURE.findall(reproduction.BLOCK.sub("", text)):
+            typed.setdefault(figure, set()).add(name)
+    twice = {figure: sorted(anywhere[figure]) for figure in typed
+             if len(anywhere[figure]) > 1 and figure not in published and figure not in COINCIDENCES}
+    assert not twice, f"figures typed in more than one document (keep one, link to it there): {twice}"
+    assert all(len(anywhere.get(figure, ())) > 1 for figure in COINCIDENCES), "a listed coincidence is gone"
+
+
+def test_the_reproduction_lives_in_tracked_files():
+    tracked = subprocess.run(["git", "ls-files", "results/REPRODUCTION.md", "results/figures"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert "results/REPRODUCTION.md" in tracked and any(name.endswith(".png") for name in tracked)
