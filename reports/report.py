@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from recbench.benchmarks.store import ResultStore, read_tuning_studies, write_atomic
-from recbench.reports import figures, names, splits, tables, tuning
+from recbench.reports import claims, figures, names, sampled, splits, tables, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
 from recbench.reports.results import SMOKE_LABEL, ResultSet, load_results
@@ -271,6 +271,10 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
         write_table(table, table_dir)
     section, section_tables, section_notes = _split_section(results, table_dir, figure_dir, alpha)
     notes += section_notes
+    expectations = sampled.Expectations(PerUser(results.folder))  # both sections read the expected sampled values
+    for extra in (sampled.section(results, table_dir, expectations=expectations),
+                  claims.section(results, table_dir, figure_dir, alpha, expectations)):
+        section, section_tables, notes = section + extra.lines, section_tables + extra.tables, notes + extra.notes
     write_atomic(table_dir / "all_tables.tex", latex_document([t.name for t in built + section_tables]))
 
     with figures.house_style():

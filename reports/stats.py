@@ -93,6 +93,10 @@ class PerUser:
                 self._counts[path] = None
         return self._counts[path]
 
+    def counts(self, row: Row) -> RankCounts | None:
+        """The rank counts stored for one result row (None, with the problem noted, where unavailable)."""
+        return self._load(row)
+
     def values(self, row: Row, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(users, value of ``metric`` per user) for one result row, under the row's tie policy."""
         counts = self._load(row)
