@@ -4,6 +4,7 @@ that says what to fix (issue 29: a fitted model whose ``fit`` returned a dict pa
 model reading the held-out target, or one whose scores depend on the batch above 64 users, passed). The battery
 replaces the hand-kept lists of models whose shapes, candidate scores, batching, padding and training examples the
 tests checked."""
+import gc
 import inspect
 import os
 import subprocess
@@ -26,7 +27,7 @@ from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.options import RunOptions
 from recbench.datasets import PAPER_DATASETS, generate
-from recbench.datasets.sequences import LeaveOneOutSplit
+from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models import model_class, model_name_of, model_names
 from recbench.models.base import FitReport, NeuralRecommender, Recommender, gather_candidates
 from tests.helpers import PADDING_SENSITIVE_MODEL, ROOT, readme_blocks, write_package
@@ -185,6 +186,21 @@ class ReadsTheTarget(Sound):
         return gather_candidates(full, candidates)
 
 
+class FindsTheDataThroughGc(Sound):
+    """Issue 70's peeking model: finds the dataset among the objects Python's garbage collector tracks while it
+    scores, and ranks each user's real last item first (what it can reach of the held-out items)."""
+
+    def score(self, users, histories, candidates):
+        full = self.query(histories) @ self.items.weight.T
+        found = [data for data in gc.get_objects() if type(data) is SequenceData and data.n_users > int(users.max())]
+        if found:
+            data = max(found, key=lambda data: data.n_actions)
+            last = torch.from_numpy(data.items)[torch.from_numpy(data.offsets[1:])[users] - 1]
+            full = full.clone()
+            full[torch.arange(len(full)), last] += 100.0
+        return gather_candidates(full, candidates)
+
+
 class BatchNormalisedAbove64(Sound):
     """Scores relative to the batch's mean, but only in batches of more than 64 users."""
 
@@ -253,6 +269,7 @@ class FractionalHistoryLength(Sound):
     (BatchNormalised, "batch", "other users of the batch"),
     (BatchNormalisedAbove64, "batch", "300 users at once against batches of 32 and of one"),
     (ReadsTheTarget, "test item", "change with the item held out, for the same users and histories"),
+    (FindsTheDataThroughGc, "test item", "the evaluator's test pass change with the item held out"),
     (StateOutsideTheStateDict, "checkpoint", "register_buffer"),
     (UnreadableSettings, "settings", "annotate each Config field"),
     (WrongShape, "shapes", "column 0 (padding) included"),
@@ -281,16 +298,17 @@ def test_a_broken_model_fails_the_check_that_concerns_it_in_one_line(cls, check,
 
 
 def test_the_faults_the_battery_now_catches_change_the_metrics():
-    """What passed before (issue 29): reading the target gives HR@1 = 1 in the evaluator; scores normalised over
-    batches above 64 users give other metrics at the evaluator's batch of 256 than at 32."""
+    """What passed before (issue 29, issue 70): reading the target, from the evaluator's frames or through the
+    garbage collector, gives HR@1 = 1 in the evaluator; scores normalised over batches above 64 users give other
+    metrics at the evaluator's batch of 256 than at 32."""
     data, _ = battery.sentinel_data()
     split = LeaveOneOutSplit(data)
-    for cls in (ReadsTheTarget, BatchNormalisedAbove64):
+    for cls in (ReadsTheTarget, FindsTheDataThroughGc, BatchNormalisedAbove64):
         torch.manual_seed(0)
         model = cls(data.n_users, data.n_items, SmallConfig()).eval()
         by_batch = {size: Evaluator(split, seed=0, batch_size=size).evaluate(model, "test", "full").metrics
                     for size in (32, 256)}
-        if cls is ReadsTheTarget:
+        if cls is not BatchNormalisedAbove64:
             assert by_batch[32]["HR@1"] == by_batch[256]["HR@1"] == 1.0
         else:
             assert by_batch[32]["NDCG@10"] != by_batch[256]["NDCG@10"]
@@ -363,3 +381,92 @@ def test_the_command_exits_1_for_a_model_whose_scores_change_with_padding(tmp_pa
     assert padded.returncode == 1, padded.stdout + padded.stderr
     failures = [line for line in padded.stdout.splitlines() if "FAIL" in line]
     assert len(failures) == 1 and failures[0].strip().startswith("FAIL  padding: scores change with 7 more columns")
+
+
+class TablesBuiltInFit(Recommender):
+    """Issue 70: a valid fitted model whose ``fit`` builds what ``score`` reads failed, scored before its fit."""
+
+    Config = SmallConfig
+
+    def __init__(self, n_users, n_items, config):
+        super().__init__(n_users, n_items, config)
+        self.counts = None
+
+    def fit(self, train):
+        self.counts = torch.from_numpy(np.bincount(train.items, minlength=self.n_items + 1).astype(np.float32))
+        return FitReport(train_seconds=0.0)
+
+    def score(self, users, histories, candidates):
+        return gather_candidates(self.counts.expand(len(users), -1), candidates)
+
+
+class FitsThenFailsToScore(TablesBuiltInFit):
+    def score(self, users, histories, candidates):
+        return gather_candidates(self.counts.expand(len(users), -1)[:, self.missing], candidates)
+
+
+def test_a_fitted_model_is_fitted_before_any_check_scores_it():
+    results = check_model(TablesBuiltInFit)
+    assert {result.check: result.status for result in results}["shapes"] == "passed"
+
+
+def test_a_failure_that_raised_names_the_method_and_line_and_debug_adds_the_traceback():
+    line = inspect.getsourcelines(FitsThenFailsToScore.score)[1] + 1
+    with pytest.raises(ModelCheckError) as raised:
+        check_model(FitsThenFailsToScore)
+    (failure,) = [result for result in raised.value.results if result.status == FAILED]
+    assert failure.check == "interface" and "\n" not in failure.message
+    assert (f"AttributeError: 'FitsThenFailsToScore' object has no attribute 'missing' (in "
+            f"FitsThenFailsToScore.score, test_check_model.py line {line})") in failure.message
+    assert "Traceback" not in str(raised.value) and "Traceback (most recent call last)" in failure.traceback
+    with pytest.raises(ModelCheckError, match="Traceback"):
+        check_model(FitsThenFailsToScore, debug=True)
+
+
+def test_a_model_no_fresh_process_can_rebuild_is_checked_here_with_a_warning():
+    """A class defined in a function pickles by no name: the swapped world is scored in this process, and the
+    isolation warning says that the garbage collector's path to the real data stayed open."""
+    class Local(Sound):
+        pass
+
+    results = {result.check: result for result in check_model(Local, raise_on_failure=False)}
+    assert results["test item"].status == "passed"
+    assert results["isolation"].status == battery.WARNING and "\n" not in results["isolation"].message
+    assert "scored the swapped data in this process, where the real data stays reachable" in \
+        results["isolation"].message
+    assert check_model(Sound, raise_on_failure=False)[2:4] == [battery.CheckResult("test item", "passed"),
+                                                             battery.CheckResult("isolation", "passed")]
+
+
+def test_the_command_shows_tracebacks_with_debug_only(tmp_path):
+    write_package(tmp_path, "ownpkg2", {"broken.py": BROKEN_OWN_MODEL})
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    for debug in (False, True):
+        shown = subprocess.run([sys.executable, "-m", "benchmarks.check_model", "ownpkg2.broken:MyRec",
+                                *(["--debug"] if debug else [])], cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=300)
+        assert shown.returncode == 1
+        assert "FAIL  interface: ZeroDivisionError: division by zero (in MyRec.score, broken.py line 17)" in \
+            shown.stdout, shown.stdout + shown.stderr
+        assert ("Traceback (most recent call last)" in shown.stderr) == debug
+
+
+BROKEN_OWN_MODEL = """\
+from dataclasses import dataclass
+
+import torch
+
+from recbench.models.base import FitReport, Recommender
+
+
+class MyRec(Recommender):
+    @dataclass
+    class Config:
+        pass
+
+    def fit(self, train):
+        return FitReport(train_seconds=0.0)
+
+    def score(self, users, histories, candidates):
+        return 1 / 0
+"""

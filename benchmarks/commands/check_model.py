@@ -27,7 +27,11 @@ trained for relevance; trained or not):
 - ``test item``: neither the validation nor the test item reaches the model before the test pass (training
   examples, histories scored during training and validation, item-indexed buffers, a fitted model's scores),
   and no score depends on which item is held out (the evaluator's validation and test passes give the same
-  scores when an item never seen is held out instead: a model that reads the target while it scores does not);
+  scores when an item never seen is held out instead: a model that reads the target while it scores does not).
+  The changed data is scored in a fresh process that holds only it (the trained model is pickled there, any
+  dataset it references replaced by the changed one), so that no path to the real data (the evaluator's frames,
+  Python's garbage collector) reaches the real held-out items; where the model cannot be rebuilt there (a class
+  defined in a function or a notebook), the ``isolation`` warning says so;
 - ``shapes``, ``candidates``, ``factors``, ``batch``, ``padding``: scores have the documented shapes and a
   floating dtype and are finite; candidate scores are the gathered full scores; ``score_factors`` (when given)
   build the same scores; a user's scores depend neither on the other users of the batch (all of the check's
@@ -37,21 +41,31 @@ trained for relevance; trained or not):
 - ``relevance``: probabilities in [0, 1] with the documented shapes, its own (a model trained for relevance) or
   its calibrated scores' (a ranker, as ``--task relevance`` calibrates it).
 
-Warnings do not fail: ``draws`` (the loss draws from torch's global generator, so a resumed run's random draws
-differ from an uninterrupted run's) and, with ``slow``, ``beats POP`` (a smoke-profile run on the synthetic data
-against POP).
+A neural model's shapes are checked before it trains (its validation needs them); a fitted model is fitted by the
+job before any check scores it, since ``fit`` may build what ``score`` reads. A failure that raised names the
+method and line; ``--debug`` (``check_model(..., debug=True)``) adds its traceback.
+
+Warnings do not fail: ``isolation`` (above), ``draws`` (the loss draws from torch's global generator, so a
+resumed run's random draws differ from an uninterrupted run's) and, with ``slow``, ``beats POP`` (a smoke-profile
+run on the synthetic data against POP).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import io
+import multiprocessing
+import os
+import pickle
 import sys
+import sysconfig
 import tempfile
 import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from traceback import format_exc
 
 import numpy as np
 import torch
@@ -83,22 +97,27 @@ class CheckResult:
     check: str
     status: str  # passed, failed, warning or skipped
     message: str = ""  # what is wrong and what to fix (why a check was skipped)
+    traceback: str = ""  # where a check raised: the error's traceback (``debug=True``, ``--debug`` show it)
 
 
 class ModelCheckError(AssertionError):
     """Some checks failed; the message has one line per failure, each saying what to fix."""
 
-    def __init__(self, name: str, results: list[CheckResult]):
+    def __init__(self, name: str, results: list[CheckResult], debug: bool = False):
         self.results = results
         failed = [result for result in results if result.status == FAILED]
         super().__init__(f"{name}: {len(failed)} check(s) failed\n"
-                         + "\n".join(f"  {result.check}: {result.message}" for result in failed))
+                         + "\n".join(f"  {result.check}: {result.message}"
+                                      + (f"\n{result.traceback}" if debug and result.traceback else "")
+                                      for result in failed))
 
 
-def check_model(model, *, slow: bool = False, raise_on_failure: bool = True, log=None) -> list[CheckResult]:
+def check_model(model, *, slow: bool = False, raise_on_failure: bool = True, log=None,
+                debug: bool = False) -> list[CheckResult]:
     """Run the battery (module docstring) on ``model``: a name ``run_all.py --models`` accepts, or a model class.
-    Returns every check's result; with ``raise_on_failure`` a failed check raises :class:`ModelCheckError`.
-    ``log(result)`` is called as each check ends."""
+    Returns every check's result; with ``raise_on_failure`` a failed check raises :class:`ModelCheckError`, whose
+    message holds the traceback of each failure that raised when ``debug`` (each result keeps it in
+    ``traceback``). ``log(result)`` is called as each check ends."""
     name = model if isinstance(model, str) else getattr(model, "__qualname__", repr(model))
     results = []
     for result in _battery(model, slow):
@@ -106,7 +125,7 @@ def check_model(model, *, slow: bool = False, raise_on_failure: bool = True, log
         if log is not None:
             log(result)
     if raise_on_failure and any(result.status == FAILED for result in results):
-        raise ModelCheckError(name, results)
+        raise ModelCheckError(name, results, debug)
     return results
 
 
@@ -178,6 +197,7 @@ class _Bench:
     users: torch.Tensor | None = None
     histories: torch.Tensor | None = None
     sentinels: dict = field(default_factory=dict)  # "validation", "test", "never seen" -> item id
+    isolation: str | None = None  # why the held-out check could not score in a fresh process (None: it did)
 
     @property
     def neural(self) -> bool:
@@ -268,11 +288,9 @@ def _battery(model, slow: bool):
     try:
         name = model if isinstance(model, str) else model_name_of(model)
         bench, planned = _bench(name)
-        shapes = _check_shapes(bench)  # of the untrained model: training and validation need them right
-        if shapes is None:
-            _run_as_a_job(bench, planned)
+        shapes = _fitted_job(bench, planned)
     except Exception as error:  # noqa: BLE001  (any failure here is the model's: say what it was)
-        yield CheckResult("interface", FAILED, _interface_fix(error))
+        yield CheckResult("interface", FAILED, _interface_fix(error), format_exc())
         return
     yield CheckResult("interface", PASSED)
     if shapes is not None:
@@ -282,23 +300,71 @@ def _battery(model, slow: bool):
         if not applies(bench):
             yield CheckResult(check, SKIPPED, "does not apply to this kind of model")
             continue
+        trace = ""
         try:
             problem = run(bench)
         except Exception as error:  # noqa: BLE001
-            problem = f"raised {type(error).__name__}: {error}"
-        yield CheckResult(check, severity if problem else PASSED, problem or "")
+            problem, trace = f"raised {_where(error)}", format_exc()
+        yield CheckResult(check, severity if problem else PASSED, problem or "", trace)
     if slow:
         yield _beats_pop(name)
 
 
+def _fitted_job(bench: _Bench, planned: PlannedJob) -> str | None:
+    """Run the model as a job (:func:`_run_as_a_job`); a problem with its scores' shapes, or None. A neural
+    model's shapes are checked before it trains, since the trainer's validation needs them right; a fitted
+    model's only after the job has fitted it (``fit`` may build what ``score`` reads), and when the job fails, a
+    shape that is wrong is said in place of the error it caused."""
+    if bench.neural:
+        shapes = _check_shapes(bench)
+        if shapes is None:
+            _run_as_a_job(bench, planned)
+        return shapes
+    try:
+        _run_as_a_job(bench, planned)
+    except Exception:
+        try:
+            shapes = _check_shapes(bench)
+        except Exception:  # noqa: BLE001  (the job's own error says more)
+            shapes = None
+        if shapes is None:
+            raise
+        return shapes
+    return _check_shapes(bench)
+
+
 def _interface_fix(error: Exception) -> str:
     """One line: the harness's own message (a wrong return, a setting, what the grid refuses) as it is, else the
-    error with what the interface asks."""
+    error, the method and line that raised it, and what the interface asks."""
     if isinstance(error, (InterfaceError, ValueError)):
         return "; ".join(line.strip() for line in str(error).splitlines())
-    return (f"{type(error).__name__}: {error} (the model must resolve, its Config() build from defaults, its "
-            f"settings resolve, and it must build from (n_users, n_items, config) and train or fit; "
-            f"ARCHITECTURE.md, \"The model interface\")")
+    return (f"{_where(error)} (the model must resolve, its Config() build from defaults, its settings resolve, and "
+            f"it must build from (n_users, n_items, config) and train or fit; ARCHITECTURE.md, \"The model "
+            f"interface\"; --debug shows the traceback)")
+
+
+# Where the suite's harness, torch and Python live: a traceback's last frame outside them is the model's own.
+_HARNESS = tuple(str(Path(sys.modules[module].__file__).resolve().parent) + os.sep
+                 for module in (Evaluator.__module__, SequenceData.__module__, "torch"))
+_LIBRARIES = tuple({sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _where(error: BaseException) -> str:
+    """``error`` in one line with the method and line that raised it: the last frame of its traceback in the
+    model's code (outside the harness, torch and Python), else its last frame."""
+    frames = []
+    trace = error.__traceback__
+    while trace is not None:
+        frames.append((trace.tb_frame.f_code, trace.tb_lineno))
+        trace = trace.tb_next
+    own = [(code, line) for code, line in frames
+           if not str(Path(code.co_filename).resolve()).startswith(_HARNESS + _LIBRARIES)
+           and not code.co_filename.startswith("<")]
+    message = " ".join(str(error).split()) or "(no message)"
+    if not (own or frames):
+        return f"{type(error).__name__}: {message}"
+    code, line = (own or frames)[-1]
+    return f"{type(error).__name__}: {message} (in {code.co_qualname}, {Path(code.co_filename).name} line {line})"
 
 
 # ----------------------------------------------------------------------------------------------- the checks
@@ -353,22 +419,135 @@ def _check_test_item(bench: _Bench) -> str | None:
 
 def _reads_the_target(bench: _Bench) -> list[str]:
     """The evaluator's validation and test passes give the model the same users and histories whichever item is
-    held out; so its scores must be the same when an item never seen is held out instead of the sentinel (a model
-    that looks up the target while it scores, e.g. in the evaluator's frames, is caught here)."""
-    changed = []
-    for split, position in (("valid", -2), ("test", -1)):
-        outputs = []
-        for data in (bench.data, held_out_instead(bench.data, position, bench.sentinels["never seen"])):
+    held out; so its scores must be the same when an item never seen is held out instead of the sentinel. The
+    swapped world is scored in a fresh process that holds only the changed data (:func:`_swapped_outputs`), so
+    that no path to the data (the evaluator's frames, Python's garbage collector, a module's globals) reaches the
+    real held-out items; where the model cannot be carried there, in this process (and the isolation check
+    warns)."""
+    real = {}
+    for split in SWAPS:
+        with bench.spy.keeping_outputs() as returned:
+            Evaluator(LeaveOneOutSplit(bench.data), seed=0).evaluate(bench.model, split, "full", bench.name)
+        real[split] = returned
+    swapped = _swapped_outputs(bench)
+    if swapped is None:  # scored here, where the real data stays reachable (warned of by the isolation check)
+        swapped = {}
+        for split, position in SWAPS.items():
             with bench.spy.keeping_outputs() as returned:
+                data = held_out_instead(bench.data, position, bench.sentinels["never seen"])
                 Evaluator(LeaveOneOutSplit(data), seed=0).evaluate(bench.model, split, "full", bench.name)
-            outputs.append(returned)
-        if not _same_outputs(*outputs):
-            changed.append(split)
+            swapped[split] = returned
+    changed = [split for split in SWAPS if not _same_outputs(real[split], swapped[split])]
     if not changed:
         return []
     return [f"the scores of the evaluator's {' and '.join(changed)} pass change with the item held out, for the same "
             f"users and histories: the model reads the held-out target while it scores; score from users, "
             f"histories and candidates only"]
+
+
+SWAPS = {"valid": -2, "test": -1}  # the evaluator's pass -> the position of the item it holds out
+
+
+class _WorldPickler(pickle.Pickler):
+    """Pickles a model with every dataset or split it references left as a placeholder, which the fresh process
+    fills with its own (swapped) world: the real data never travels."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, SequenceData):
+            return "data"
+        if isinstance(obj, LeaveOneOutSplit):
+            return "split"
+        return None
+
+
+class _WorldUnpickler(pickle.Unpickler):
+    def __init__(self, file, world: dict):
+        super().__init__(file)
+        self.world = world
+
+    def persistent_load(self, pid):
+        return self.world[pid]
+
+
+def _swapped_outputs(bench: _Bench) -> dict | None:
+    """{pass: what the model returned} in the swapped worlds, each scored in a fresh process (forked from a
+    server that never held this process's data) given only the model and the changed data, through files; None,
+    with ``bench.isolation`` saying why, where the model cannot be carried there (a class defined in a function
+    or a notebook). An error of the model's own there is raised here, naming the fresh process."""
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        try:
+            with _without_spy(bench.model):
+                buffer = io.BytesIO()
+                _WorldPickler(buffer).dump(bench.model)
+        except Exception as error:  # noqa: BLE001  (a class outside any module, an unpicklable attribute)
+            bench.isolation = f"the model cannot be pickled ({type(error).__name__}: {error})"
+            return None
+        (folder / "model.pkl").write_bytes(buffer.getvalue())
+        for split, position in SWAPS.items():
+            held_out_instead(bench.data, position, bench.sentinels["never seen"]).save(folder / f"{split}.npz")
+        context = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                              else "spawn")
+        if context.get_start_method() == "forkserver":
+            context.set_forkserver_preload(["__main__", __name__])
+        try:
+            process = context.Process(target=_score_swapped_worlds, args=(str(folder), bench.name), daemon=True)
+            process.start()
+            process.join()
+        except Exception as error:  # noqa: BLE001  (the process could not start: an unguarded __main__ script)
+            bench.isolation = f"no fresh process could start ({type(error).__name__}: {error})"
+            return None
+        outcome = folder / "outcome.pkl"
+        if not outcome.is_file():
+            bench.isolation = f"the fresh process ended with exit code {process.exitcode} before it scored"
+            return None
+        status, value = pickle.loads(outcome.read_bytes())
+    if status == "unpickled":
+        bench.isolation = f"the fresh process cannot rebuild the model ({value})"
+        return None
+    if status == "raised":
+        raise RuntimeError(f"scoring in a fresh process that holds only the data: {value}")
+    return value
+
+
+@contextmanager
+def _without_spy(model: Recommender):
+    """``model`` without the spy's instance attributes (closures, which do not pickle), put back after."""
+    names = [name for name in ("score", "score_factors", "predict_proba", "attention_weights", "training_examples")
+             if name in vars(model)]
+    kept = {name: vars(model).pop(name) for name in names}
+    try:
+        yield model
+    finally:
+        vars(model).update(kept)
+
+
+def _score_swapped_worlds(folder: str, name: str) -> None:
+    """In the fresh process: each swapped world, alone, loaded from its file; the model rebuilt with that world in
+    place of the data it referenced; what the evaluator's pass has it return. The outcome goes to a file."""
+    folder = Path(folder)
+    torch.set_num_threads(1)
+    outputs = {}
+    try:
+        for split in SWAPS:
+            data = SequenceData.load(folder / f"{split}.npz")
+            world = {"data": data, "split": LeaveOneOutSplit(data)}
+            try:
+                with open(folder / "model.pkl", "rb") as file:
+                    model = _WorldUnpickler(file, world).load()
+            except Exception as error:  # noqa: BLE001
+                (folder / "outcome.pkl").write_bytes(pickle.dumps(("unpickled", f"{type(error).__name__}: {error}")))
+                return
+            spy = _Spy(model)
+            with spy.keeping_outputs() as returned:
+                Evaluator(world["split"], seed=0).evaluate(model, split, "full", name)
+            outputs[split] = returned
+            del data, world, model, spy
+            gc.collect()
+    except Exception as error:  # noqa: BLE001  (the model's own error: said with where it was raised)
+        (folder / "outcome.pkl").write_bytes(pickle.dumps(("raised", _where(error))))
+        return
+    (folder / "outcome.pkl").write_bytes(pickle.dumps(("scored", outputs)))
 
 
 def _same_outputs(one: list, other: list) -> bool:
@@ -527,6 +706,12 @@ def _check_draws(bench: _Bench) -> str | None:
     return None
 
 
+def _isolation_warning(why: str) -> str:
+    return (f"the held-out check scored the swapped data in this process, where the real data stays reachable "
+            f"(a model that finds it, e.g. through the garbage collector, would pass): {why}; define the model in "
+            f"a module a fresh process can import, with `if __name__ == \"__main__\":` around a script's own code")
+
+
 def _gap(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"{float((a.double() - b.double()).abs().max()):.3g}"
 
@@ -538,6 +723,7 @@ def _always(bench: _Bench) -> bool:
 CHECKS = (  # (name, applies to the bench, severity when it finds a problem, the check)
     ("settings", _always, FAILED, _check_settings),
     ("test item", _always, FAILED, _check_test_item),
+    ("isolation", _always, WARNING, lambda bench: bench.isolation and _isolation_warning(bench.isolation)),
     ("shapes", _always, FAILED, _check_shapes),
     ("candidates", _always, FAILED, _check_candidates),
     ("factors", _has_factors, FAILED, _check_factors),
@@ -581,21 +767,25 @@ def main(argv=None) -> int:
     parser.add_argument("models", nargs="+", metavar="MODEL",
                         help="a registered name, an entry point, or package.module:Class")
     parser.add_argument("--slow", action="store_true", help="also train on the synthetic data against POP")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of each failure that raised")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # tiny models: threads only add overhead
     results = []
     for name in args.models:
         print(f"{name}:")
-        results += check_model(name, slow=args.slow, raise_on_failure=False, log=_show)
+        results += check_model(name, slow=args.slow, raise_on_failure=False,
+                               log=lambda result: _show(result, args.debug))
     failed, warnings = (sum(result.status == status for result in results) for status in (FAILED, WARNING))
     print(f"{failed} check(s) failed" if failed else "every check passed",
           f"({warnings} warning(s))" if warnings else "")
     return 1 if failed else 0
 
 
-def _show(result: CheckResult) -> None:
+def _show(result: CheckResult, debug: bool = False) -> None:
     label = {PASSED: "pass", FAILED: "FAIL", WARNING: "warn", SKIPPED: "skip"}[result.status]
     print(f"  {label}  {result.check}" + (f": {result.message}" if result.message else ""), flush=True)
+    if debug and result.traceback:
+        print(result.traceback, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
