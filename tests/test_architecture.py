@@ -26,6 +26,9 @@ ALLOWED = {
     "commands": {"datasets", "models", "core", "tuning", "reports", "commands"},
     "lab": {"datasets", "models", "core", "tuning", "reports", "commands", "lab"},
 }
+# ARCHITECTURE.md's diagram from the bottom up, one layer a folder (the harness core is benchmarks/ without its
+# subfolders); the layers of one entry stand side by side and import nothing of each other.
+DIAGRAM = [("datasets",), ("models",), ("core",), ("tuning", "reports"), ("commands",), ("lab",)]
 # What reports may take from the harness: the metrics from rank counts, and the store's files (read and written
 # atomically, and the names of the tuning results).
 REPORTS_MAY_IMPORT = {"recbench.benchmarks.metrics", "recbench.benchmarks.store"}
@@ -110,6 +113,23 @@ def test_imports_follow_the_layers(graph):
             if layer(target, files[target]) not in allowed and target not in allowed:
                 wrong.append(f"{module} ({own}) imports {target} ({layer(target, files[target])})")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_folders_draw_the_diagram_with_no_arrow_back_up(graph):
+    """The import graph at folder scale (each layer's folder one node: benchmarks/commands/, benchmarks/tuning/ and
+    the lab apart from the core in benchmarks/; run_all.py and the launchers with the commands): every arrow between
+    two folders runs down ARCHITECTURE.md's diagram, none back up and none between folders side by side. The commands
+    stand above the reports, which read the core's metrics and store: benchmarks/ -> reports/ -> benchmarks/ only
+    when benchmarks/commands/ is drawn inside benchmarks/, which the fixed top level makes it."""
+    files = production_files()
+    level = {name: number for number, names in enumerate(DIAGRAM) for name in names}
+    arrows = {(layer(module, files[module]), layer(target, files[target]))
+              for module, targets in graph.items() for target in targets}
+    assert {folder for arrow in arrows for folder in arrow} == set(level)
+    back_up = sorted(f"{importer} -> {imported}" for importer, imported in arrows
+                     if importer != imported and level[imported] >= level[importer])
+    assert not back_up, back_up
+    assert ("commands", "reports") in arrows and ("reports", "core") in arrows  # the two arrows the rule is about
 
 
 def test_the_layers_are_the_folders():
