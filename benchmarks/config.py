@@ -45,6 +45,9 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 # seconds per model, an installation check.
 PROFILES = ("smoke", "converge", "paper")
 PROFILE_TABLES = ("smoke", "converge")  # the profiles written as tables over the paper's values
+# The epochs of a trained model under "smoke" when no smoke table of its own sets them (a model of one's own whose
+# file has none): the suite's models take 2 to 5 outside the default run, and 200 would be no installation check.
+SMOKE_MAX_EPOCHS = 3
 # The tables of a model's configuration: "search" is its tuning space (benchmarks.tuning.space), "tuned_from" names the
 # tuning study that chose a --config file's settings (written by benchmarks.tune, carried into the result rows).
 SECTIONS = ("model", "train", *PROFILE_TABLES, "search", "tuned_from")
@@ -233,7 +236,12 @@ def resolve(model_name: str, dataset: str, profile: str = "paper", overrides: li
     ``overlays`` (``--config`` files read by :func:`read_overlay`), then ``overrides`` (``--set`` strings)."""
     if profile not in PROFILES:
         raise unknown("profile", profile, PROFILES)
-    model_values, train_values = _layered_values(model_tables(model_name), dataset, profile)
+    tables = model_tables(model_name)
+    model_values, train_values = _layered_values(tables, dataset, profile)
+    if profile == "smoke" and issubclass(model_class(model_name), NeuralRecommender) and not any(
+            "max_epochs" in _layer(layers.get("smoke", {}).get("train", {}), dataset)
+            for layers in (tables, *(overlay.get(model_name, {}) for overlay in overlays))):
+        train_values["max_epochs"] = min(train_values.get("max_epochs", TrainSettings.max_epochs), SMOKE_MAX_EPOCHS)
     tuned_from = None
     for overlay in overlays:
         more_model, more_train = _layered_values(overlay.get(model_name, {}), dataset, profile)

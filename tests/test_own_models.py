@@ -330,3 +330,17 @@ def test_every_dask_worker_must_import_the_model_before_the_grid_starts(own, tmp
             process.terminate()
         for process in cluster:
             process.wait(timeout=30)
+
+
+def test_the_smoke_profile_caps_a_model_of_ones_own_whose_file_sets_no_smoke_epochs(own):
+    """Issue 70: without a [smoke.train] max_epochs of its own, a model of one's own trained its default 200 epochs
+    under "smoke"; now the smoke cap, unless its file, a --config or --set says otherwise."""
+    from recbench.benchmarks.config import SMOKE_MAX_EPOCHS, resolve
+
+    assert resolve(own.model, "synthetic", "smoke").train.max_epochs == 2  # its own smoke table
+    (own.folder / "mymodel.toml").write_text(SMOKE_TOML.split("[smoke.train]")[0])
+    assert resolve(own.model, "synthetic", "smoke").train.max_epochs == SMOKE_MAX_EPOCHS == 3
+    assert resolve(own.model, "synthetic", "smoke", ["max_epochs=7"]).train.max_epochs == 7
+    assert resolve(own.model, "synthetic", "smoke", overlays=[
+        {own.model: {"smoke": {"train": {"max_epochs": 9}}}}]).train.max_epochs == 9
+    assert resolve(own.model, "synthetic", "converge").train.max_epochs == 200  # only the smoke profile is capped
