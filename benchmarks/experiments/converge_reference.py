@@ -63,11 +63,11 @@ from recbench.benchmarks.trainer import improves, patience_spent
 from recbench.models import is_registered
 from recbench.reports import names
 from recbench.reports.figures import curve_figures
-from recbench.reports.published import default_row, load_published
+from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, write_table
 from recbench.reports.results import ResultsError, ResultSet, load_results, row_settings, settings_differing
 from recbench.reports.stats import summarize
-from recbench.reports.tables import label, published_anchor, value_cell
+from recbench.reports.tables import label, paper_value, value_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSFORMERS = ("sasrec", "sasrec-ce", "bert4rec")
@@ -208,24 +208,6 @@ def validation_choice(variant: list, profile: list) -> dict:
         raise ValueError(f"{model}: mean best validation {metric} {mean:.4f} over seeds {sorted(ours)} against the "
                          f"profile's {profile_mean:.4f}; validation keeps the profile's settings")
     return choice
-
-
-def paper_value(row, published: list, metric: str) -> tuple[float | None, str]:
-    """The published value ``row`` is held against and the paper's table and row that hold it; "not in the paper"
-    for a model the paper has no row of on any dataset (LSTM, SASRec-CE), so that it is not labelled Table 2. A row
-    held against Table 5's default row takes the metrics that row lacks (HR@10) from Table 4's column of the same
-    configuration (:func:`reports.published.default_row`)."""
-    anchor = published_anchor(row)
-    if anchor is None:
-        return None, ""
-    table, model, variant = anchor
-    if (table, variant) == ("Table 5", "default"):
-        return default_row(published, row.dataset, model, metric)
-    entries = [entry for entry in published if (entry.table, entry.model, entry.variant) == anchor]
-    if not entries:
-        return None, "not in the paper"
-    value = next((entry.value for entry in entries if (entry.dataset, entry.metric) == (row.dataset, metric)), None)
-    return value, f"{table}{f' ({variant})' if variant else ''}"
 
 
 def table_row(rows: list, published: list, model_label: str) -> list[Cell]:
