@@ -106,7 +106,7 @@ def cost(reference: Path) -> str:
     two_seeds = sum(2 * sum(row.get("train_seconds", 0.0) for row in rows) / len(rows) for rows in runs)
     devices = sorted({names.device_name(row.get("device")) for rows in runs for row in rows})
     return (f"Cost: the {sum(map(len, runs))} reference runs of the paper's {len({r[0].model for r in runs})} "
-            f"models trained for {seconds / 3600:.0f} hours in all on {'; '.join(devices)} "
+            f"models trained for {seconds / 3600:.0f} hours in all on {' and '.join(f'`{d}`' for d in devices)} "
             f"(`train_seconds` of the rows of {_source(read)}); two seeds of every model come to about "
             f"{two_seeds / 3600:.0f} hours. `--jobs N` trains N at once "
             "([the guide](benchmarks/GUIDE.md#running-a-large-grid)), and on a GPU a run takes minutes where a CPU "
