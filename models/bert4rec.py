@@ -38,7 +38,7 @@ from torch import nn
 
 from recbench.datasets.sequences import PAD, Histories
 from recbench.models.base import NeuralRecommender, ScoreFactors, require, require_choice
-from recbench.models.transformer import POSITIONS, EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
+from recbench.models.transformer import POSITIONS, check_encoder_fields, encoder_config, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, gelu, softmax_cross_entropy, trim_padding
 
 SOFTMAX_CLASSES = ("vocabulary", "items")
@@ -98,13 +98,9 @@ class BERT4Rec(NeuralRecommender):
         self.mask_token = n_items + 1
         c = config
         vocabulary = n_items + 1 + (SPECIAL_TOKENS if c.softmax_classes == "vocabulary" else 1)  # + [MASK] at least
-        self.encoder = PackedSequenceEncoder(EncoderConfig(
-            vocab_size=vocabulary, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
-            ffn_inner=c.ffn_inner or 4 * c.hidden, activation="gelu", dropout=c.dropout,
-            attention_dropout=c.attention_dropout, causal=False, block="post-ln", positions=c.positions,
-            embedding_norm=True, token_type=c.token_type_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
-            use_layernorm=c.use_layernorm, use_residual=c.use_residual, layer_norm_eps=c.layer_norm_eps,
-            init_std=c.init_std))
+        self.encoder = PackedSequenceEncoder(encoder_config(
+            c, vocabulary, ffn_inner=c.ffn_inner or 4 * c.hidden, activation="gelu", causal=False, block="post-ln",
+            positions=c.positions, embedding_norm=True, token_type=c.token_type_embedding))
         # Output layer (eq. 7): W^P, b^P, the head's LayerNorm, and b^O; E is the encoder's item embedding.
         self.projection = nn.Linear(c.hidden, c.hidden)
         self.head_norm = (nn.LayerNorm(c.hidden, eps=c.layer_norm_eps) if c.head_norm and c.use_layernorm

@@ -34,7 +34,7 @@ from recbench.models.base import NeuralRecommender, require
 from recbench.models.bert4rec import BERT4Rec
 from recbench.models.relevance import RelevanceModel
 from recbench.models.sampling import InteractionSet
-from recbench.models.transformer import EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
+from recbench.models.transformer import check_encoder_fields, encoder_config, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, trim_padding
 
 
@@ -64,11 +64,9 @@ class BERT4RecRelevance(RelevanceModel, NeuralRecommender):
     def __init__(self, n_users: int, n_items: int, config: BERT4RecRelevanceConfig):
         super().__init__(n_users, n_items, config)
         c = config
-        self.encoder = PackedSequenceEncoder(EncoderConfig(
-            vocab_size=n_items + 1, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
-            ffn_inner=4 * c.hidden, activation="gelu", dropout=c.dropout, attention_dropout=c.attention_dropout,
-            causal=False, block="post-ln", positions="end", embedding_norm=True, layer_norm_eps=c.layer_norm_eps,
-            init_std=c.init_std))
+        self.encoder = PackedSequenceEncoder(encoder_config(
+            c, n_items + 1, ffn_inner=4 * c.hidden, activation="gelu", causal=False, block="post-ln", positions="end",
+            embedding_norm=True))
         # The head: W^P, b^P, the LayerNorm after the GELU (BERT4Rec's official run.py) and b^O.
         self.projection = nn.Linear(c.hidden, c.hidden)
         self.head_norm = nn.LayerNorm(c.hidden, eps=c.layer_norm_eps)

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from recbench.datasets.sequences import PAD, Histories
 from recbench.models.base import NeuralRecommender, ScoreFactors, require, require_choice
 from recbench.models.sampling import InteractionSet, uniform_negatives
-from recbench.models.transformer import INITS, EncoderConfig, check_encoder_fields, sliding_windows, window_matrix
+from recbench.models.transformer import INITS, check_encoder_fields, encoder_config, sliding_windows, window_matrix
 from recbench.models.transformer_fast import PackedSequenceEncoder, softmax_cross_entropy, trim_padding
 
 SASREC_BLOCKS = {"official": "sasrec", "pre-ln": "pre-ln", "post-ln": "post-ln"}  # our name → the encoder's
@@ -83,13 +83,9 @@ class SASRec(NeuralRecommender):
     def __init__(self, n_users: int, n_items: int, config: SASRecConfig):
         super().__init__(n_users, n_items, config)
         c = config
-        self.encoder = PackedSequenceEncoder(EncoderConfig(
-            vocab_size=n_items + 1, max_len=c.max_len, hidden=c.hidden, layers=c.layers, heads=c.heads,
-            ffn_inner=c.hidden, activation="relu", dropout=c.dropout, attention_dropout=c.attention_dropout,
-            causal=True, block=SASREC_BLOCKS[c.block], positions="end", embedding_norm=False,
-            scale_embedding=c.scale_embedding, use_position=c.use_position, use_ffn=c.use_ffn,
-            use_layernorm=c.use_layernorm, use_residual=c.use_residual, layer_norm_eps=c.layer_norm_eps,
-            init=c.init, init_std=c.init_std))
+        self.encoder = PackedSequenceEncoder(encoder_config(
+            c, n_items + 1, ffn_inner=c.hidden, activation="relu", causal=True, block=SASREC_BLOCKS[c.block],
+            positions="end", embedding_norm=False, scale_embedding=c.scale_embedding))
         self.seen: InteractionSet | None = None
 
     @property

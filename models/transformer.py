@@ -36,6 +36,7 @@ gradients. Also here: the training windows both models cut from long histories.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -94,6 +95,21 @@ class EncoderConfig:
         for name, choices in (("activation", ACTIVATIONS), ("block", BLOCKS), ("positions", POSITIONS),
                               ("init", INITS)):
             require_choice(self, name, choices)
+
+
+# The fields a model's Config shares with EncoderConfig, under the same names and meaning: the sizes and dropouts
+# (check_encoder_fields), the ablation switches and the initialisation, where the model has them.
+SHARED_FIELDS = ("max_len", "hidden", "layers", "heads", "dropout", "attention_dropout", "use_position", "use_ffn",
+                 "use_layernorm", "use_residual", "layer_norm_eps", "init", "init_std")
+
+
+def encoder_config(config, vocab_size: int, **architecture) -> EncoderConfig:
+    """The encoder of a model whose ``config`` (a dataclass) declares some of :data:`SHARED_FIELDS`: those fields
+    as it sets them, the model's fixed ``architecture`` (activation, block, causal, ...) as given, and
+    EncoderConfig's defaults for the rest. The one place a model's settings become the encoder's."""
+    declared = {field.name for field in dataclasses.fields(config)}
+    shared = {name: getattr(config, name) for name in SHARED_FIELDS if name in declared}
+    return EncoderConfig(vocab_size=vocab_size, **shared, **architecture)
 
 
 def layer_norm(config: EncoderConfig) -> nn.Module:

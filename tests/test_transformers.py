@@ -509,3 +509,26 @@ def test_trimming_the_padding_columns_leaves_the_training_loss_as_it_is(monkeypa
     without_trimming(monkeypatch)
     assert torch.allclose(m.loss(batch, torch.Generator().manual_seed(0)), trimmed, atol=1e-6)
 
+
+
+def test_each_transformer_models_encoder_takes_the_shared_fields_its_config_sets():
+    """One mapping of a model's settings to the encoder's (models.transformer.encoder_config): every shared field a
+    Config declares reaches the encoder as set, the model's fixed choices stay its own, the rest keep the encoder's
+    defaults."""
+    from recbench.models.bert4rec import BERT4Rec, BERT4RecConfig
+    from recbench.models.bert4rec_relevance import BERT4RecRelevance, BERT4RecRelevanceConfig
+    from recbench.models.transformer import SHARED_FIELDS
+
+    changed = {"max_len": 12, "hidden": 32, "layers": 3, "heads": 4, "dropout": 0.3, "attention_dropout": 0.05,
+               "use_position": False, "use_ffn": False, "use_layernorm": False, "use_residual": False,
+               "layer_norm_eps": 1e-3, "init": "truncated_normal", "init_std": 0.05}
+    for model, config in ((SASRec, SASRecConfig), (BERT4Rec, BERT4RecConfig),
+                          (BERT4RecRelevance, BERT4RecRelevanceConfig)):
+        declared = {field.name for field in dataclasses.fields(config)} & set(SHARED_FIELDS)
+        encoder = model(5, 30, config(**{name: changed[name] for name in declared})).encoder.config
+        assert {name: getattr(encoder, name) for name in declared} == {name: changed[name] for name in declared}
+        defaults = EncoderConfig(vocab_size=1, max_len=1)
+        assert all(getattr(encoder, name) == getattr(defaults, name) for name in set(SHARED_FIELDS) - declared)
+    sasrec = SASRec(5, 30, SASRecConfig()).encoder.config
+    assert sasrec.causal and sasrec.activation == "relu" and sasrec.block == "sasrec"  # the official code's block
+    assert BERT4Rec(5, 30, BERT4RecConfig()).encoder.config.activation == "gelu"
