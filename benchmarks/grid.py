@@ -31,7 +31,7 @@ from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid, prepare_negatives
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.reuse import reusable_twins, reused_outcome  # noqa: F401 (the studies import reusable_twins here)
-from recbench.benchmarks.store import ResultStore
+from recbench.benchmarks.store import ResultStore, row_threads, thread_count_line
 from recbench.benchmarks.worker import JobOutcome, JobPayload
 from recbench.datasets import resolve_cache_dir, resolve_data_dir
 
@@ -72,8 +72,16 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     planned, datasets = plan or plan_grid(jobs, options, preloaded=preloaded, log=log)
     store = ResultStore(Path(options.output).resolve())
     result = GridResult(planned)
-    pending = _pending(planned, store, options.resume, result, log)
+    threads = options.cpu_threads_per_job()
+    pending = _pending(planned, store, options.resume, result, log, threads)
     reused = {job.key: twins[job.key] for job in pending if twins and job.key in twins}
+    for key, twin in list(reused.items()):  # rows of another CPU thread count are another computation
+        recorded = {row_threads(row) for row in twin.rows} - {None, threads}
+        if threads is not None and recorded:
+            log(f"{twin.rows[0]['run_id']}: not reused from {twin.where}: its rows were trained on {min(recorded)} "
+                f"CPU thread(s), this run uses {threads}, and the same seed gives other metrics on another count; "
+                f"it trains here (--threads {min(recorded)} reuses them)")
+            del reused[key]
     pending = [job for job in pending if job.key not in reused]
     invocation = _invocation(options)
     store.start_invocation(invocation, planned, {job.key for job in pending}, reused=set(reused))
@@ -106,18 +114,23 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     return result
 
 
-def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result: GridResult, log) -> list:
-    """The jobs to run: all of them, or with ``resume`` those without every result row. Says plainly when rows
-    written under an older key version will not be reused; without ``resume``, refuses to discard the
-    checkpoint of an interrupted run (:func:`_refuse_to_discard`)."""
+def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result: GridResult, log,
+             threads: int | None = None) -> list:
+    """The jobs to run: all of them, or with ``resume`` those without every result row (trained on the CPU with
+    ``threads`` torch threads, when given). Says plainly when rows written under an older key version or another
+    thread count will not be reused; without ``resume``, refuses to discard the checkpoint of an interrupted run
+    (:func:`_refuse_to_discard`)."""
     pending = []
     rows = store.rows if resume else []  # read once: a grid's file holds thousands of rows
-    finished = store.finished(planned, rows)
+    finished = store.finished(planned, rows, threads)
+    other_threads = store.other_threads(planned, rows, threads)
     for number, job in enumerate(planned, start=1):
         if job.key in finished:
             log(f"[{number}/{len(planned)}] {job.run_id}: already in results.jsonl (key {job.key[:12]}), skipped")
             result.skipped.append(job)
         else:
+            if job.key in other_threads:
+                log(thread_count_line(f"[{number}/{len(planned)}] {job.run_id}", other_threads[job.key], threads))
             pending.append(job)
     if not resume:
         _refuse_to_discard(pending, store)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from recbench.benchmarks.config import PROFILES
 from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import PROTOCOLS
@@ -45,6 +47,20 @@ class RunOptions:
         self.protocols = tuple(self.protocols)
         self.config_files = tuple(Path(path) for path in self.config_files)
         self.split = self.split if isinstance(self.split, SplitSpec) else SplitSpec(self.split)
+
+    def cpu_threads_per_job(self) -> int | None:
+        """The torch threads each job trains with where jobs train on this machine's CPU (``threads``, else the
+        cores divided among ``n_jobs`` worker processes, else this process's torch threads); None on CUDA or a Dask
+        cluster, whose workers decide. Rows record it, and a resumed run reuses only rows of the same count."""
+        if self.dask_scheduler or resolve_device(self.device).type != "cpu":
+            return None
+        if self.threads:
+            return self.threads
+        if self.n_jobs > 1:
+            from recbench.benchmarks.execution import cpu_threads  # execution imports this module
+
+            return max(1, cpu_threads() // self.n_jobs)
+        return torch.get_num_threads()
 
     def problems(self) -> list[str]:
         """Every option that cannot work, one line each (empty when all is well); checked before planning."""

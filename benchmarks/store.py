@@ -26,6 +26,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import socket
 import time
 from contextlib import contextmanager
@@ -46,6 +47,22 @@ def split_scheme(row: dict) -> str:
     """A result row's split scheme, ``leave-one-out`` or ``temporal`` (field ``split_scheme``); rows written before
     the field existed were all split by leave-one-out. (``split`` is another field: the part evaluated, ``test``.)"""
     return row.get("split_scheme") or LEAVE_ONE_OUT
+
+
+def row_threads(row: dict) -> int | None:
+    """The torch CPU threads a row was trained with, read from its recorded device (``cpu (2 threads, ...)``); None
+    for a row trained on a GPU or recording no device. Seeds repeat a CPU run only at the same thread count: the
+    same job's metrics differ in the fourth decimal between 1 and 2 threads, under one key."""
+    found = re.match(r"cpu \((\d+) threads?\b", str(row.get("device") or ""))
+    return int(found.group(1)) if found else None
+
+
+def thread_count_line(job: str, recorded: int, threads: int) -> str:
+    """What a resumed run says of a job whose rows were trained on ``recorded`` CPU threads when it uses
+    ``threads``: it trains the job again, on its own count, rather than mix the two under one key."""
+    return (f"{job}: its rows in results.jsonl were trained on {recorded} CPU thread(s), this run uses {threads}; "
+            f"the same seed gives other metrics on another count, so it trains again and its rows replace those "
+            f"(rerun with --threads {recorded} to keep them)")
 
 
 def now() -> str:
@@ -183,13 +200,25 @@ class ResultStore:
         """Where the job with this file stem keeps its resumable training state while it runs."""
         return self.folder / "checkpoints" / f"{file_stem}.pt"
 
-    def finished(self, jobs, rows: list[dict] | None = None) -> frozenset[str]:
+    def finished(self, jobs, rows: list[dict] | None = None, threads: int | None = None) -> frozenset[str]:
         """The keys of ``jobs`` (each with ``key`` and ``protocols``) whose every protocol's row is in
-        ``results.jsonl``, read once for all of them (or in ``rows``, where the caller has read them)."""
+        ``results.jsonl``, read once for all of them (or in ``rows``, where the caller has read them). With
+        ``threads`` (a run on the CPU with that many torch threads per job), rows trained on the CPU with another
+        count do not count (:func:`other_threads` names them)."""
         have: dict[str, set[str]] = {}
         for row in self.rows if rows is None else rows:
-            have.setdefault(row.get("key"), set()).add(row["protocol"])
+            if threads is None or row_threads(row) in (None, threads):
+                have.setdefault(row.get("key"), set()).add(row["protocol"])
         return frozenset(job.key for job in jobs if set(job.protocols) <= have.get(job.key, set()))
+
+    def other_threads(self, jobs, rows: list[dict], threads: int | None) -> dict[str, int]:
+        """{key: the thread count its rows were trained with} of the ``jobs`` whose rows were trained on the CPU
+        with another count than ``threads``: a resumed run trains them again rather than mix the counts."""
+        if threads is None:
+            return {}
+        keys = {job.key for job in jobs}
+        return {row["key"]: row_threads(row) for row in rows
+                if row.get("key") in keys and row_threads(row) not in (None, threads)}
 
     def commit(self, key: str, rows: list[dict], files: dict) -> None:
         """Record a finished job: its files first, then its rows in place of any earlier rows of the same key

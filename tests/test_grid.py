@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import run_all
-from recbench.benchmarks.store import ClaimedElsewhere, claimed, read_results
+from recbench.benchmarks.store import ClaimedElsewhere, claimed, read_results, row_threads
 from tests.helpers import (
     ROOT,
     SHARED_DATA,
@@ -77,6 +77,27 @@ def test_resume_reruns_a_job_that_lacks_one_protocols_row(tmp_path, capsys):
     assert "synthetic/bprmf/seed0: already" not in out  # its pop100 row alone does not make it finished
     assert sorted((row["model"], row["protocol"]) for row in rows(tmp_path)) == [
         ("bprmf", "full"), ("bprmf", "pop100"), ("pop", "full"), ("pop", "pop100")]
+
+
+def test_a_resume_on_another_thread_count_trains_again_and_says_so(tmp_path, capsys):
+    """Issue 70: the same job under one key gave other metrics on 1 and 2 threads, and --resume mixed them
+    silently. Rows record their count; a resume on another count trains the job again, saying so (the plan too)."""
+    before, SHORT = torch.get_num_threads(), ["--set", "bprmf:max_epochs=2"]
+    try:
+        assert run(["--models", "pop", "bprmf", *SHORT, "--threads", "1"], tmp_path, capsys)[0] == 0
+        keys = {row["key"] for row in rows(tmp_path)}
+        assert {row_threads(row) for row in rows(tmp_path)} == {1}
+        out = run(["--models", "pop", "bprmf", *SHORT, "--threads", "2", "--resume", "--dry-run"], tmp_path, capsys)[1]
+        assert out.count("run again (its rows were trained on 1 CPU thread(s), this run uses 2") == 2
+        code, out, _ = run(["--models", "pop", "bprmf", *SHORT, "--threads", "2", "--resume"], tmp_path, capsys)
+        assert code == 0 and "synthetic/bprmf/seed0: its rows in results.jsonl were trained on 1 CPU thread(s), " \
+                             "this run uses 2" in out and "already in results.jsonl" not in out
+        assert {row["key"] for row in rows(tmp_path)} == keys and len(rows(tmp_path)) == 4  # replaced, same keys
+        assert {row_threads(row) for row in rows(tmp_path)} == {2}
+        out = run(["--models", "pop", "bprmf", *SHORT, "--threads", "2", "--resume"], tmp_path, capsys)[1]
+        assert out.count("already in results.jsonl") == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):

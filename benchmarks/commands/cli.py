@@ -108,7 +108,8 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
             if estimate:
                 estimates = training_left(planned, datasets, store, args, states if options.resume else {}, twins)
             if args.dry_run:
-                print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
+                print_plan(planned, store, options.resume, states, twins, estimates, args.jobs,
+                           threads=options.cpu_threads_per_job())
                 return 0
             if estimates:
                 print(*total_lines(estimates, args.jobs), sep="\n")
@@ -173,16 +174,20 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
 
 
 def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, twins: dict | None = None,
-               estimates: dict | None = None, n_jobs: int = 1, notes: dict | None = None) -> None:
+               estimates: dict | None = None, n_jobs: int = 1, notes: dict | None = None,
+               threads: int | None = None) -> None:
     """``--dry-run``: every job with its key, what would happen to it (with ``resume``: skipped when done,
     resumed from its checkpoint, where it stands in ``states`` (:func:`benchmarks.grid.interrupted`); reused
     where ``twins`` has its rows), the lines ``notes`` holds for it, every resolved setting, and the training it
     has left where ``estimates`` (:func:`training_left`) has it (then also the total, one job after another and
-    ``n_jobs`` at once)."""
+    ``n_jobs`` at once). ``threads``: the torch threads of each job of a CPU run, whose rows alone a resume
+    skips (rows of another count are trained again)."""
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
-    finished = store.finished(planned) if resume else frozenset()
+    rows = store.rows if resume else []
+    finished = store.finished(planned, rows, threads)
+    other_threads = store.other_threads(planned, rows, threads)
     for number, job in enumerate(planned, start=1):
         action = "run"
         if job.key in finished:
@@ -192,6 +197,9 @@ def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, tw
         elif job.key in states:
             where = progress_text(job, states[job.key])
             action = f"resume from {where}" if resume else f"refused without --resume (its checkpoint: {where})"
+        elif job.key in other_threads:
+            action = (f"run again (its rows were trained on {other_threads[job.key]} CPU thread(s), this run uses "
+                      f"{threads}; --threads {other_threads[job.key]} keeps them)")
         described = job.describe()
         print(f"[{number}/{len(planned)}] {job.run_id}  key {job.key[:12]}  {action}",
               *(notes or {}).get(job.key, ()), sep="\n")
