@@ -117,6 +117,7 @@ COINCIDENCES = {
     ".0373": "fidelity: BPR-MF at d = 32 / the splits' tables",
     ".0383": "fidelity: BERT4Rec's paper profile, seed 1, 600 steps / NCF's ML-1m full NDCG@10",
     ".1049": "fidelity: a SASRec switch's HR@10 / the splits' tables",
+    ".1408": "fidelity: SASRec with float32 dropout masks, full HR@10 / Table 5's h = 1 under full ranking",
     ".1442": "fidelity: SASRec retrained on s[:-1], HR@10 after 10 epochs / BERT4Rec's ML-1m full NDCG@10",
     ".1537": "fidelity: Klenitskiy & Vasilev's published replication / README: SASRec's Beauty NDCG@10",
     ".3752": "fidelity: NCF's 6-epoch paper-profile HR@10 / README: NCF's converged ML-1m HR@10",
