@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from recbench.benchmarks.store import row_threads
 from recbench.reports import names
 from recbench.reports.published import PUBLISHED_PROTOCOL, TABLE_SETTINGS, Published, default_column, default_row
 from recbench.reports.render import Cell, Table, fmt
@@ -95,13 +96,30 @@ def device_note(rows: list[Row], name_of) -> list[str]:
         if row.get("device"):
             device = names.device_name(row.get("device"))
             by_kind[device.split(" (")[0]][device].append(row)
+    notes = _thread_note(rows, name_of)
     if len(by_kind) < 2:
-        return []
+        return notes
     # "the rest": the kind that trained most rows, the CPU on a tie (this suite's usual device)
     usual = max(by_kind, key=lambda kind: (sum(map(len, by_kind[kind].values())), kind == "cpu", kind))
     others = [f"{', '.join(dict.fromkeys(map(name_of, found)))} on {device}"
               for kind in sorted(set(by_kind) - {usual}) for device, found in by_kind[kind].items()]
-    return [f"Trained on more than one kind of device: {'; '.join(others)}; the rest on {usual}."]
+    return [f"Trained on more than one kind of device: {'; '.join(others)}; the rest on {usual}.", *notes]
+
+
+def _thread_note(rows: list[Row], name_of) -> list[str]:
+    """Where a table's CPU rows were trained with different torch thread counts, which rows used the less common
+    counts: a seed repeats a CPU run only at the same count (the figures differ in the fourth decimal)."""
+    by_count = defaultdict(list)
+    for row in rows:
+        if (count := row_threads(row)) is not None:
+            by_count[count].append(row)
+    if len(by_count) < 2:
+        return []
+    usual = max(by_count, key=lambda count: (len(by_count[count]), -count))
+    others = [f"{', '.join(dict.fromkeys(map(name_of, by_count[count])))} on {count} thread{'s' * (count != 1)}"
+              for count in sorted(set(by_count) - {usual})]
+    return [f"Trained on the CPU with different thread counts, with which a seed's figures differ: "
+            f"{'; '.join(others)}; the rest on {usual} thread{'s' * (usual != 1)}."]
 
 
 def _protocol_note(protocol: str, rows: list[Row]) -> str:

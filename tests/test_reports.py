@@ -305,6 +305,10 @@ def test_a_table_whose_rows_came_from_a_gpu_and_cpus_says_which_came_from_the_gp
     same_kind = [row for row in rows if row["device"].startswith("cpu")]
     table = ablation_table(load_results(write_results(tmp_path, same_kind)), "pop100")
     assert not any("device" in note for note in table.notes)
+    # but their thread counts are said (issue 70: a seed's figures differ between 1 and 2 threads)
+    assert [note for note in table.notes if "thread" in note] == [
+        "Trained on the CPU with different thread counts, with which a seed's figures differ: L=1 on 2 threads; "
+        "the rest on 1 thread."]
 
 
 def test_a_default_taken_from_the_main_grid_is_its_row_at_the_ablations_d_not_every_bert4rec_row(tmp_path):
