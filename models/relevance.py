@@ -3,8 +3,8 @@ candidate item, the probability that the user likes the candidate, trained with 
 negative candidates plus L2 (the trainer's ``weight_decay`` with ``optimizer = "adam"``, which folds λ‖θ‖² into
 the gradient).
 
-A relevance model's :meth:`score` is the logit s(u, c) of a candidate, so it also ranks candidates like any other
-model; the probability is P(relevant | history, c) = σ(s(u, c)).
+A relevance model's :meth:`~models.base.Recommender.score` is the logit s(u, c) of a candidate, so it also ranks
+candidates like any other model; the probability is P(relevant | history, c) = σ(s(u, c)).
 
 Loss, per training example (a history with its true next item c⁺ and k negatives c⁻_j drawn uniformly from the
 items outside the user's training sequence):
