@@ -191,5 +191,6 @@ def test_a_reference_that_does_not_resolve_is_named_with_its_file_and_line(tmp_p
                         f"models/mod.py:{line + 1}: models/other.py is not in the repository",
                         f"models/mod.py:{line + 1}: models/mod.walk is not in the repository"]
     (tmp_path / "GUIDE.md").write_text("# Guide\n\n[gone](models/gone.py), [away](https://example.org/x.py)\n")
-    assert broken_references(tmp_path, ["models/mod.py", "GUIDE.md"])[-1] == (
-        "GUIDE.md:3: links to models/gone.py, which is not in the repository")
+    guide = "GUIDE.md"
+    assert broken_references(tmp_path, ["models/mod.py", guide])[-1] == (
+        f"{guide}:3: links to models/gone.py, which is not in the repository")
