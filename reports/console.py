@@ -9,11 +9,12 @@ from tabulate import tabulate
 
 from recbench.benchmarks.metrics import is_list_metric
 from recbench.benchmarks.store import LEAVE_ONE_OUT, split_scheme
+from recbench.reports.results import CONVERGE_ADVICE
 from recbench.reports.stats import seed_summary
 
 SMOKE_NOTE = ("> **Smoke profile: installation check, not the paper's settings.** These models were trained for "
               "seconds on small budgets; their numbers say that everything runs, not how the models compare. "
-              "Use `--profile paper` for results to report.")
+              f"{CONVERGE_ADVICE[0].upper()}{CONVERGE_ADVICE[1:]}.")
 
 
 def main_tables(rows: list[dict]) -> str:

@@ -15,7 +15,7 @@ from recbench.benchmarks.store import ResultStore, read_tuning_studies, write_at
 from recbench.reports import claims, figures, names, sampled, splits, tables, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
-from recbench.reports.results import SMOKE_LABEL, ResultSet, load_results
+from recbench.reports.results import CONVERGE_ADVICE, SMOKE_LABEL, ResultSet, load_results
 from recbench.reports.stats import PerUser
 
 MAX_LISTED_PROBLEMS = 10  # per-user problems listed in the report before "and N more"
@@ -202,7 +202,7 @@ def _smoke_banner(results: ResultSet) -> list[str]:
     return [f"> **{SMOKE_LABEL[0].upper()}{SMOKE_LABEL[1:]}.** {which} results come from `--profile smoke`: "
             f"short training with settings chosen for speed, to check that everything runs. Their tables are "
             f"labelled, give no Improv. column and are not compared with the paper's numbers. Run "
-            f"`--profile paper` for numbers to report.", ""]
+            f"{CONVERGE_ADVICE[0].upper()}{CONVERGE_ADVICE[1:]}.", ""]
 
 
 def _paper_split(results: ResultSet) -> tuple[ResultSet, list[str]]:

@@ -18,7 +18,7 @@ from recbench.benchmarks.store import row_threads
 from recbench.reports import names
 from recbench.reports.published import PUBLISHED_PROTOCOL, TABLE_SETTINGS, Published, default_column, default_row
 from recbench.reports.render import Cell, Table, fmt
-from recbench.reports.results import SMOKE_LABEL, ResultSet, Row
+from recbench.reports.results import CONVERGE_ADVICE, SMOKE_LABEL, ResultSet, Row
 from recbench.reports.stats import PairedTest, PerUser, Summary, holm_tests, summarize
 
 RANKING = "next-item"
@@ -76,7 +76,7 @@ def smoke_label(results: ResultSet, rows: list[Row]) -> tuple[str, list[str]]:
     if not smoke:
         return "", []
     label = f"{SMOKE_LABEL[0].upper()}{SMOKE_LABEL[1:]}."
-    advice = "short training with settings chosen for speed; the paper profile gives numbers to report."
+    advice = f"short training with settings chosen for speed; {CONVERGE_ADVICE}."
     if len(smoke) == len(rows):
         return f" ({SMOKE_LABEL})", [f"{label} Every result here comes from the smoke profile: {advice}"]
     pairs = {(r.dataset, r.model) for r in smoke}

@@ -1,0 +1,63 @@
+"""What run_all.py's help and smoke outputs tell a newcomer (issue 70): the profiles' costs as the reference files
+measured them, the converging profile as the source of numbers to report, and a name for the paper's Table 2."""
+import json
+import re
+
+import pytest
+
+import run_all
+from recbench.reports import console, report, tables
+from recbench.reports.results import CONVERGE_ADVICE
+from tests.helpers import ROOT
+
+REFERENCE = ROOT / "results" / "reference"
+
+
+def converge_minutes(model: str) -> list[float]:
+    """The training minutes of each seed's converge run of ``model`` on ML-1m, one CPU thread."""
+    rows = json.loads((REFERENCE / "converge-ml-1m.json").read_text())["rows"]
+    found = [row for row in rows if row["model"] == model and row["protocol"] == "full"]
+    assert found and all(row["device"].startswith("cpu (1 thread") for row in found)
+    return sorted(row["train_seconds"] / 60 for row in found)
+
+
+def bert4rec_steps_per_second(path: str, device: str) -> list[float]:
+    rows = json.loads((REFERENCE / path).read_text())["rows"]
+    return sorted(row["steps_run"] / row["train_seconds"] for row in rows
+                  if row["model"] == "bert4rec" and device in row["device"] and row.get("protocol", "full") == "full")
+
+
+def test_help_and_the_smoke_banner_state_the_costs_the_reference_files_measured(capsys):
+    with pytest.raises(SystemExit):
+        run_all.parse_args(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    bprmf, sasrec, bert4rec = (converge_minutes(model) for model in ("bprmf", "sasrec", "bert4rec"))
+    ranges = [f"{bprmf[0]:.0f}-{bprmf[-1]:.1f} min", f"{sasrec[0] / 60:.1f}-{sasrec[-1] / 60:.1f} h",
+              f"{bert4rec[0] / 60:.1f}-{bert4rec[-1] / 60:.1f} h"]
+    assert ranges == ["1-1.4 min", "0.7-1.2 h", "4.2-5.3 h"]
+    for text in (shown, CONVERGE_ADVICE):
+        assert all(figure in text for figure in ranges), text
+    cpu = bert4rec_steps_per_second("converge-ml-1m.json", "cpu (1 thread")
+    h200 = bert4rec_steps_per_second("rows-ablation-ml-1m-dropout.json", "H200")
+    assert f"about {400_000 / cpu[0] / 86400:.1f} days at the {cpu[0]:.2f} steps/s of one CPU thread" in shown
+    assert (f"{400_000 / h200[-1] / 3600:.1f}-{400_000 / h200[0] / 3600:.1f} h at the {h200[0]:.0f}-{h200[-1]:.0f} "
+            f"steps/s of one H200") in shown
+
+
+def test_no_smoke_output_recommends_the_paper_profile():
+    """The paper profile is weeks of CPU training; the numbers reported come from the converging one."""
+    for text in (console.SMOKE_NOTE, CONVERGE_ADVICE):
+        assert "`--profile converge`" in text and "--profile paper" not in text
+    for module in (console, report, tables):
+        source = open(module.__file__).read()
+        assert not re.search(r"--profile paper` for|paper profile gives", source), module.__name__
+
+
+def test_table2_names_the_papers_models_and_all_is_refused_in_one_line(tmp_path, capsys):
+    args = run_all.parse_args(["--models", "table2", "sasrec", "--output", str(tmp_path)])
+    assert args.models == ["pop", "bprmf", "ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]
+    with pytest.raises(SystemExit) as exited:
+        run_all.parse_args(["--models", "all", "--output", str(tmp_path)])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exited.value.code == 2 and error.split(": error: ", 1)[1].startswith("--models all: the suite has no set of")
+    assert "table2, the paper's Table 2 (pop bprmf ncf fpmc gru4rec gru4rec+ caser sasrec bert4rec)" in error
