@@ -85,7 +85,8 @@ def _save(fig, folder: Path, name: str, caption: str) -> Figure:
     for suffix in ("png", "pdf"):
         path = folder / f"{name}.{suffix}"
         tmp = folder / f".{name}.{os.getpid()}.tmp.{suffix}"
-        fig.savefig(tmp, format=suffix, dpi=150)
+        # no creation date in a PDF, so that drawing the same rows again writes the same file
+        fig.savefig(tmp, format=suffix, dpi=150, metadata={"CreationDate": None} if suffix == "pdf" else None)
         os.replace(tmp, path)
         paths.append(path)
     plt.close(fig)
