@@ -281,8 +281,8 @@ def claims_figure(found: list[Comparison], folder: Path) -> figures.Figure:
 def section(results: ResultSet, table_dir: Path, figure_dir: Path, alpha: float,
             expectations: Expectations | None = None) -> Section:
     """The section's lines, table and figure; nothing (and a note) without two configurations to compare."""
-    per_user = PerUser(results.folder)
-    expectations = expectations or Expectations(per_user)
+    expectations = expectations or Expectations(PerUser(results.folder))
+    per_user = expectations.per_user
     found = [c for c in judge(results, per_user, expectations, alpha) if c.tests]
     if not found:
         return Section(notes=[f"\"{SECTION}\" skipped: no comparison with per-user files on both sides."])
@@ -293,6 +293,7 @@ def section(results: ResultSet, table_dir: Path, figure_dir: Path, alpha: float,
              + ", ".join(f"{count} {label}" for label, count in counts.items())
              + (f", {collapsed_count} with a collapsed run" if collapsed_count else "") + "."]
     built = render(SECTION, intro, [claims_table(found, alpha)], table_dir, [claims_figure(found, figure_dir)])
-    built.notes = sorted(per_user.problems and [f"Claims: per-user values unavailable for "
-                                                f"{len(per_user.problems)} file(s); their cells are left out."] or [])
+    if per_user.problems:
+        built.notes = [f"\"{SECTION}\": per-user values unavailable for {len(per_user.problems)} row(s) (listed "
+                       f"under the tables' significance note); their cells are left out."]
     return built
