@@ -34,3 +34,9 @@ def test_the_cuda_tests_exist_and_are_selected_by_the_mark():
                           cwd=gpu_check.ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:]
     assert "test_cuda.py::" in done.stdout
+
+
+def test_the_rehearsals_options_are_refused_in_one_line_that_names_where_it_went(capsys):
+    assert gpu_check.main(["--data-dir", "DATA", "--out", "DIR"]) == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and "python -m benchmarks.experiments.gpu_check" in error

@@ -6,7 +6,8 @@ It runs the suite's CUDA tests (``python -m pytest -m cuda``: every registered m
 and takes a bf16 training step there, a small model trains to a useful result, the evaluator gives the CPU's counts,
 a CUDA checkpoint resumes on the CPU) after a first line naming the device, and exits with pytest's status. Where
 torch sees no CUDA device it says so in one line and runs nothing. An installed suite without its ``tests/`` folder
-is told to run it from a checkout.
+is told to run it from a checkout. The options of the timed rehearsal of a GPU machine (``--data-dir``, ``--out``,
+...), which is the lab's, are refused in one line that says where it is.
 """
 from __future__ import annotations
 
@@ -24,8 +25,18 @@ def pytest_command(extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-rs", *extra, str(ROOT / "tests")]
 
 
+# The options of the rehearsal this command once was, which a user may still type.
+REHEARSAL_OPTIONS = ("--data-dir", "--out", "--minutes", "--speed-batches", "--skip", "--train-dataset")
+
+
 def main(argv: list[str] | None = None) -> int:
     extra = sys.argv[1:] if argv is None else list(argv)
+    rehearsal = [word for word in extra if word.split("=")[0] in REHEARSAL_OPTIONS]
+    if rehearsal:
+        print(f"{' '.join(rehearsal)}: this command runs the CUDA tests and takes pytest's options only; the timed "
+              f"rehearsal of a GPU machine is python -m benchmarks.experiments.gpu_check --data-dir DATA --out DIR, "
+              f"from the checkout", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print(f"torch {torch.__version__} sees no CUDA device, so there is no CUDA path to check here; run this on "
               f"the GPU machine (with a CUDA build of torch)", file=sys.stderr)
