@@ -22,7 +22,8 @@ from recbench.benchmarks.sampled_metrics import (
     kendall_tau,
     rank_histogram,
 )
-from recbench.datasets import LeaveOneOutSplit, generate
+from recbench.datasets import LeaveOneOutSplit, TemporalSplit, generate
+from recbench.datasets.sequences import SequenceData
 from recbench.models.base import Recommender
 
 METRICS = ("HR@1", "HR@3", "NDCG@3", "MRR")
@@ -175,3 +176,18 @@ def test_kendall_tau_names_the_pairs_that_flip():
     assert tau == pytest.approx(-1.0) and sorted(flips) == [("a", "b"), ("a", "c"), ("b", "c")]
     tau, flips = kendall_tau({"a": 3, "b": 2, "c": 1}, {"a": 3, "b": 1, "c": 2})
     assert tau == pytest.approx(1 / 3) and flips == [("b", "c")]
+
+
+def test_under_the_temporal_split_the_candidates_leave_out_the_items_not_yet_seen():
+    rng = np.random.default_rng(0)
+    sequences = [list(rng.choice(np.arange(1, 31), size=8, replace=False)) for _ in range(20)]
+    times = [sorted(rng.integers(0, 100, size=8).tolist()) for _ in range(20)]
+    split = TemporalSplit(SequenceData.from_sequences("timed", sequences, 30, times=times), (60, 80))
+    scores = torch.rand(20, 31, generator=torch.Generator().manual_seed(0))
+    counts = Evaluator(split, seed=0).evaluate(FixedScores(scores), "test", "full").counts
+    view, unseen = split.view("test"), set(split.new_items("test").tolist())
+    for row, user in enumerate(counts.users):
+        history, target = set(view.items[view.offsets[row]:view.offsets[row + 1]].tolist()), int(view.targets[row])
+        others = {item for item in range(1, 31) if item not in unseen and item not in history} - {target}
+        assert counts.candidates[row] == len(others)
+        assert counts.greater[row] == sum(float(scores[user, item]) > float(scores[user, target]) for item in others)
