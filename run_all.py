@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from recbench.benchmarks.commands.api import default_output
-from recbench.benchmarks.commands.cli import add_run_options, guard, run_grid, run_options
+from recbench.benchmarks.commands.cli import add_run_options, choose_threads, guard, run_grid, run_options
 from recbench.benchmarks.config import PROFILES
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.jobs import TASKS, Job
@@ -145,9 +145,10 @@ def main(argv=None) -> int:
         jobs = [Job(dataset, model, seed, overrides=tuple(args.overrides), task=args.task)
                 for dataset in args.datasets for model in args.models for seed in args.seeds]
         output = Path(args.output)
+        threads = choose_threads(args)
         print(f"{len(jobs)} job(s): task {args.task}, datasets {args.datasets}, models {args.models}, "
               f"seeds {args.seeds}, profile {args.profile}, protocols {args.protocols}, split {args.split} "
-              f"-> {output}/")
+              f"-> {output}/" + (f"; {threads}" if threads else ""))
         options = run_options(args, protocols=args.protocols, profile=args.profile, output=output, logs=args.logs)
         return run_grid(args, jobs, options, table=table, estimate=args.estimate)
 

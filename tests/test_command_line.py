@@ -6,6 +6,8 @@ import re
 import pytest
 
 import run_all
+from recbench.benchmarks.commands import cli
+from recbench.benchmarks.options import RunOptions
 from recbench.reports import console, report, tables
 from recbench.reports.results import CONVERGE_ADVICE
 from tests.helpers import ROOT
@@ -61,3 +63,48 @@ def test_table2_names_the_papers_models_and_all_is_refused_in_one_line(tmp_path,
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert exited.value.code == 2 and error.split(": error: ", 1)[1].startswith("--models all: the suite has no set of")
     assert "table2, the paper's Table 2 (pop bprmf ncf fpmc gru4rec gru4rec+ caser sasrec bert4rec)" in error
+
+
+@pytest.mark.parametrize("load, jobs, threads", [(0.2, 1, 2), (1.0, 1, 1), (0.0, 2, 1), (2.0, 1, 1), (5.0, 1, 1)])
+def test_the_threads_fit_the_free_cores_and_the_first_line_says_so(load, jobs, threads, tmp_path, capsys,
+                                                                  monkeypatch):
+    """Issue 70: beside one busy core, two threads that wait for each other made the default run 10× slower."""
+    monkeypatch.setattr(cli, "cpu_threads", lambda: 2)
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert run_all.main(["--dry-run", "--models", "pop", "--jobs", str(jobs), "--output", str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"; {threads} CPU thread(s) per job: 2 core(s), {min(load, 2.0):.1f} busy by the "
+                          f"1-minute load average (--threads N to choose)")
+
+
+def test_a_resume_takes_the_thread_count_of_the_folders_rows_and_threads_given_stay(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    (tmp_path / "results.jsonl").write_text("".join(
+        json.dumps({"key": str(n), "protocol": "full", "device": device}) + "\n"
+        for n, device in enumerate(["cpu (1 thread, AMD EPYC)", "cpu (1 thread, AMD EPYC)", "cpu (2 threads, x)",
+                                    "cuda (NVIDIA H200)"])))
+
+    def chosen(*argv):
+        args = run_all.parse_args(["--output", str(tmp_path), *argv])
+        return cli.choose_threads(args), args.threads
+
+    assert chosen("--resume") == ("1 CPU thread(s) per job, the count this folder's rows were trained with "
+                                  "(--threads N to choose another)", 1)
+    assert chosen("--resume", "--threads", "2") == ("2 CPU thread(s) per job (--threads)", 2)
+    assert chosen()[1] == cli.cpu_threads()  # not a resume: the free cores, all of them at load 0
+
+
+def test_a_dry_run_and_an_estimate_on_a_busy_machine_say_what_that_does_to_their_figures(tmp_path, capsys,
+                                                                                       monkeypatch):
+    monkeypatch.setattr(cli, "cpu_threads", lambda: 2)
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (1.0, 0.0, 0.0))
+    assert run_all.main(["--dry-run", "--models", "pop", "--output", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "note: the machine is busy (1.0 of 2 core(s) by the 1-minute load average): each job gets 1 CPU thread(s) x "
+        "1 job(s) at once, and other work slows its training.")
+    options = RunOptions(output=tmp_path, device="cpu", threads=1)
+    assert cli.busy_note(options, estimate=True).endswith(
+        "--estimate times its steps beside that work: its figures hold while the work goes on and overstate the time "
+        "once it ends (rerun it then).")
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (0.3, 0.0, 0.0))
+    assert cli.busy_note(options, estimate=True) is None

@@ -8,16 +8,21 @@ Exit codes: 0 every job finished; 1 some jobs failed (the others' table and repo
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.estimate import estimate_jobs, finished_stops, reference_stops, total_lines
+from recbench.benchmarks.execution import cpu_threads
 from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
-from recbench.benchmarks.store import ResultStore
+from recbench.benchmarks.store import ResultStore, row_threads
 from recbench.datasets.splits import LEAVE_ONE_OUT, SCHEMES, SplitSpec
 from recbench.reports import generate_report
 
@@ -55,7 +60,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="run N jobs at once in worker processes (CPU threads are divided among them; "
                              "with several GPUs each job gets one)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads per job (default: all cores divided by --jobs)")
+                        help="torch CPU threads per job (default: the cores the load average leaves free, divided "
+                             "by --jobs; with --resume the count the folder's rows were trained with; a seed "
+                             "repeats a CPU run only at the same count)")
     parser.add_argument("--dask-scheduler", default=None, metavar="ADDRESS",
                         help="send the jobs to a running Dask cluster, e.g. tcp://10.0.0.5:8786 "
                              "(pip install -e \".[distributed]\")")
@@ -83,6 +90,53 @@ def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Pa
                       compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args))
 
 
+def choose_threads(args: argparse.Namespace) -> str:
+    """Set ``args.threads`` where ``--threads`` left it open and jobs train on this machine's CPU, and say the
+    choice in words for a run's first line (nothing on a GPU or a Dask cluster, whose workers decide). With
+    ``--resume``, the count the folder's rows were trained with, so that they count as done (a resumed run reuses
+    only rows of its own count); else the cores the load average leaves free, divided among ``--jobs``: threads
+    beyond the free cores wait for each other, and a run beside one busy core took 10× its quiet time."""
+    if args.threads:
+        return f"{args.threads} CPU thread(s) per job (--threads)"
+    if getattr(args, "dask_scheduler", None) or resolve_device(args.device).type != "cpu":
+        return ""
+    if args.resume and args.output:
+        counts = Counter(count for row in ResultStore(Path(args.output)).rows if (count := row_threads(row)))
+        if counts:
+            args.threads = counts.most_common(1)[0][0]
+            return (f"{args.threads} CPU thread(s) per job, the count this folder's rows were trained with "
+                    f"(--threads N to choose another)")
+    cores, busy = machine_load()
+    args.threads = max(1, max(1, math.floor(cores - busy + 0.5)) // max(1, args.jobs))
+    return (f"{args.threads} CPU thread(s) per job: {cores} core(s), {busy:.1f} busy by the 1-minute load average "
+            f"(--threads N to choose)")
+
+
+def busy_note(options: RunOptions, estimate: bool) -> str | None:
+    """One line for a dry run or an estimate on a CPU that other work keeps busy (half a core or more by the
+    1-minute load average): what the run's threads are, and that an estimate timed now holds only while the work
+    goes on."""
+    threads = options.cpu_threads_per_job()
+    cores, busy = machine_load()
+    if threads is None or busy < 0.5:
+        return None
+    timed = (" --estimate times its steps beside that work: its figures hold while the work goes on and overstate "
+             "the time once it ends (rerun it then)." if estimate else "")
+    return (f"note: the machine is busy ({busy:.1f} of {cores} core(s) by the 1-minute load average): each job gets "
+            f"{threads} CPU thread(s) x {options.n_jobs} job(s) at once, and other work slows its training.{timed}")
+
+
+def machine_load() -> tuple[int, float]:
+    """(the cores this process may use, how many of them other work keeps busy by the 1-minute load average,
+    at most all of them)."""
+    cores = cpu_threads()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available on this system
+        load = 0.0
+    return cores, min(float(cores), load)
+
+
 def split_spec(args: argparse.Namespace) -> SplitSpec:
     """The :class:`SplitSpec` of ``--split``, ``--cut-quantiles`` and ``--cut-times``."""
     return SplitSpec(args.split, quantiles=tuple(args.cut_quantiles) if args.cut_quantiles else None,
@@ -105,6 +159,9 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
             store = ResultStore(options.output)
             # read once, and only where used: a checkpoint holds the weights too (hundreds of MB)
             states = interrupted(planned, store) if args.dry_run or options.resume else {}
+            note = busy_note(options, estimate)
+            if note:
+                print(note)
             if estimate:
                 estimates = training_left(planned, datasets, store, args, states if options.resume else {}, twins)
             if args.dry_run:
