@@ -57,6 +57,32 @@ def row_threads(row: dict) -> int | None:
     return int(found.group(1)) if found else None
 
 
+# Figures no model learns from the data (issue 70: a model that found the dataset through the garbage collector
+# scored HR@1 1.0000, in bold, without a word): a row past either bound is flagged, never dropped.
+IMPLAUSIBLE_HR1 = 0.9  # nearly every user's held-out item ranked first
+IMPLAUSIBLE_OVER_VALIDATION = (1.5, 0.1)  # test at least 1.5 times the best validation figure and 0.1 above it
+
+
+def implausible(row) -> str | None:
+    """Why a ranking row's figures are implausible for its data, in words (None when they are not): HR@1 near 1,
+    or a test figure far above the best validation figure of the same metric and protocol. Such figures come from
+    a model that sees the held-out target, or from data in which the target is given away; check_model tests a
+    model for the first."""
+    metrics, found = row.get("metrics") or {}, []
+    if metrics.get("HR@1", 0.0) >= IMPLAUSIBLE_HR1:
+        found.append(f"HR@1 {metrics['HR@1']:.4f}: nearly every user's held-out item ranked first")
+    metric, _, protocol = str(row.get("valid_metric") or "").partition(" under ")
+    valid, test = row.get("best_valid"), metrics.get(metric)
+    ratio, gap = IMPLAUSIBLE_OVER_VALIDATION
+    if protocol == row.get("protocol") and valid is not None and test is not None and test >= ratio * valid \
+            and test - valid >= gap:
+        found.append(f"test {metric} {test:.4f} against {valid:.4f} at the best validation")
+    if not found:
+        return None
+    return (f"{'; '.join(found)}: figures no model learns from these data; a model that reads the held-out target "
+            f"gives them (python -m recbench.benchmarks.check_model MODEL tests for it)")
+
+
 def thread_count_line(job: str, recorded: int, threads: int) -> str:
     """What a resumed run says of a job whose rows were trained on ``recorded`` CPU threads when it uses
     ``threads``: it trains the job again, on its own count, rather than mix the two under one key."""

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from recbench.benchmarks.store import ResultStore, read_tuning_studies, write_atomic
+from recbench.benchmarks.store import ResultStore, implausible, read_tuning_studies, write_atomic
 from recbench.reports import claims, figures, names, sampled, splits, tables, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
@@ -205,6 +205,14 @@ def _smoke_banner(results: ResultSet) -> list[str]:
             f"{CONVERGE_ADVICE[0].upper()}{CONVERGE_ADVICE[1:]}.", ""]
 
 
+def _implausible(results: ResultSet) -> list[str]:
+    """A warning under the title for each row whose figures are implausible for its data
+    (:func:`benchmarks.store.implausible`); the tables still show them."""
+    lines = [f"> **Implausible figures.** {row.get('run_id', row.model)} ({row.protocol}): {why}."
+             for row in results.rows if (why := implausible(row)) is not None]
+    return [*lines, ""] if lines else []
+
+
 def _paper_split(results: ResultSet) -> tuple[ResultSet, list[str]]:
     """The rows the paper's tables and figures show: those of one split, leave-one-out's when present (the paper's),
     so that no cell averages results of two splits; and a note when rows of another split were set aside."""
@@ -287,7 +295,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
     drawn = [f for outcome in outcomes for f in outcome.figures]
     notes += [note for outcome in outcomes for note in outcome.notes]
 
-    lines = [f"# Results report: {results_dir.name}", "", *_smoke_banner(results),
+    lines = [f"# Results report: {results_dir.name}", "", *_smoke_banner(results), *_implausible(results),
              "## How these results were produced", "",
              *_provenance(results), "", "## Tables", "",
              "Each table as Markdown (below and in `tables/`) and LaTeX (booktabs); `tables/all_tables.tex` "

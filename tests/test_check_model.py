@@ -26,6 +26,7 @@ from recbench.benchmarks.evaluator import Evaluator
 from recbench.benchmarks.grid import run_jobs
 from recbench.benchmarks.jobs import Job
 from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.store import implausible
 from recbench.datasets import PAPER_DATASETS, generate
 from recbench.datasets.sequences import LeaveOneOutSplit, SequenceData
 from recbench.models import model_class, model_name_of, model_names
@@ -470,3 +471,29 @@ class MyRec(Recommender):
     def score(self, users, histories, candidates):
         return 1 / 0
 """
+
+
+def test_a_grid_row_with_figures_no_model_learns_draws_one_line_in_the_run_and_the_report(tmp_path, capsys):
+    """Issue 70: the gc-peeking model scored HR@1, NDCG@10 and MRR of 1.0000 in bold, without a word. The row
+    stays (it is a result), flagged in one line by the run and under the report's title."""
+    import run_all
+
+    peeking = model_name_of(FindsTheDataThroughGc)
+    code = run_all.main(["--models", "pop", peeking, "--set", f"{peeking}:max_epochs=1", "--output",
+                         str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--quiet", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    warned = [line for line in out.splitlines() if line.startswith("warning: synthetic/")]
+    assert len(warned) == 2 and all("HR@1 1.0000: nearly every user's held-out item ranked first" in line
+                                    and "check_model" in line for line in warned)  # full and pop100
+    assert not any("synthetic/pop/" in line for line in warned)
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert report.count("> **Implausible figures.** synthetic/tests.test_check_model:FindsTheDataThroughGc") == 2
+
+
+def test_a_test_figure_far_above_the_best_validation_is_implausible():
+    row = {"protocol": "full", "valid_metric": "NDCG@10 under full", "best_valid": 0.10,
+           "metrics": {"HR@1": 0.2, "NDCG@10": 0.31}}
+    assert implausible(row).startswith("test NDCG@10 0.3100 against 0.1000 at the best validation: ")
+    assert implausible({**row, "metrics": {"HR@1": 0.2, "NDCG@10": 0.19}}) is None  # above, not far
+    assert implausible({**row, "protocol": "pop100"}) is None  # validated under another protocol

@@ -22,7 +22,7 @@ from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid
-from recbench.benchmarks.store import ResultStore, row_threads
+from recbench.benchmarks.store import ResultStore, implausible, row_threads
 from recbench.datasets.splits import LEAVE_ONE_OUT, SCHEMES, SplitSpec
 from recbench.reports import generate_report
 
@@ -188,6 +188,9 @@ def _finish(args: argparse.Namespace, result, options: RunOptions, table: Callab
         if not args.no_report:
             print(f"report: {generate_report(output)}")
         print(f"results: {output / 'results.jsonl'}")
+    for row in rows:
+        if (why := implausible(row)) is not None:
+            print(f"warning: {row['run_id']} {row['protocol']}: {why}")
     for outcome in result.failed:
         if args.debug and outcome.traceback:
             print(outcome.traceback, file=sys.stderr)
