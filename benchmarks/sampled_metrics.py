@@ -20,12 +20,11 @@ negatives above and tied with the target.
 
 **Popularity negatives, approximately.** ``pop100`` draws items with probability ∝ their interaction count w_i,
 successively without replacement. Item i then enters the sample with probability π_i ≈ 1 − exp(−λ w_i), λ chosen so
-that Σ π_i = n over the user's pool (Rosén's approximation of successive sampling). The expected number of
-negatives above the target is μ = Σ_{i above} π_i, which needs the set of items the model ranks above the target: the
-per-user files do not keep it, so it is computed from a model's scores (``popularity_above``). X is then taken as
-hypergeometric with the same pool size E and the non-integer number above m* = μ E / n (interpolated between the two
-neighbouring integers), which is exact when every weight is equal; ``benchmarks/experiments/sampled_check.py`` holds
-it against realised draws.
+that Σ π_i = n over the user's pool (Rosén's approximation of successive sampling), and the number of drawn negatives
+above the target is taken as a sum of independent Bernoulli(π_i) over the items ranked above it (a Poisson-binomial
+count; the tied items likewise). That needs the set of items the model ranks above the target, which the per-user
+files do not keep: it is computed from a model's scores. ``benchmarks/experiments/sampled_check.py`` holds it against
+realised draws.
 
 **Correcting sampled ranks** (Krichene & Rendle, "On Sampled Metrics for Item Recommendation", KDD 2020, Section 5).
 Given only sampled ranks, each full-ranking metric is estimated two ways the paper describes: *MLE*, which
@@ -172,25 +171,37 @@ def inclusion_probabilities(weights: np.ndarray, allowed: np.ndarray, n: int, it
     return -np.expm1(-np.exp((low + high) / 2)[:, None] * w)
 
 
-def expected_popularity(above_mass: np.ndarray, ties_mass: np.ndarray, pool: np.ndarray, n: int,
-                        metrics) -> dict[str, np.ndarray]:
-    """Per user, each metric's approximate expectation under ``n`` popularity-sampled negatives, from the expected
-    number of sampled negatives above the target (``above_mass`` = Σ π over the items ranked above it) and tied
-    with it: X is taken as hypergeometric over the same pool with m* = mass · E / n above, interpolated between the
-    neighbouring whole numbers (module docstring)."""
-    pool = np.asarray(pool, dtype=np.int64)
-    scale = pool / n
+def poisson_binomial(probabilities: np.ndarray, n: int) -> np.ndarray:
+    """``(users, n + 1)``: per row of ``probabilities`` ``(users, items)``, the distribution of the number of
+    independent Bernoulli(p) successes over its items, x = 0..n (the last entry holds every count ≥ n)."""
+    pmf = np.zeros((len(probabilities), n + 1))
+    pmf[:, 0] = 1.0
+    for column in np.flatnonzero(probabilities.any(0)):
+        p = probabilities[:, column:column + 1]
+        moved = pmf * p
+        pmf *= 1 - p
+        pmf[:, 1:] += moved[:, :-1]
+        pmf[:, -1] += moved[:, -1]
+    return pmf
+
+
+def expected_popularity(above: np.ndarray, tied: np.ndarray, n: int, metrics) -> dict[str, np.ndarray]:
+    """Per user, each metric's approximate expectation under ``n`` popularity-sampled negatives, from the inclusion
+    probabilities (``inclusion_probabilities``) of the items the model ranks above the target (``above``,
+    ``(users, items)``, 0 for the others) and of those it ties with the target (``tied``): the numbers drawn of
+    each are taken as sums of independent Bernoulli draws (module docstring), and the ``expected`` tie policy
+    applies to the pair."""
     values = rank_values(tuple(metrics), n)
-    out = {name: np.zeros(len(pool)) for name in values}
-    m_star, t_star = above_mass * scale, ties_mass * scale
-    below = np.floor(m_star).astype(np.int64)
-    share = m_star - below
-    ties = np.round(t_star).astype(np.int64)
-    for m, weight in ((below, 1 - share), (np.minimum(below + 1, pool), share)):
-        t = np.minimum(ties, pool - m)
-        pmf = above_distribution(m, t, pool, n)
+    drawn_above = poisson_binomial(above, n)
+    out = {name: drawn_above @ value for name, value in values.items()}
+    with_ties = np.flatnonzero(tied.any(1))
+    if len(with_ties):
+        drawn_tied = poisson_binomial(tied[with_ties], n)
+        a, b = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+        grid = per_user_metrics(a.ravel(), b.ravel(), tuple(values))
         for name in values:
-            out[name] += weight * (pmf @ values[name])
+            joint = drawn_above[with_ties][:, :, None] * drawn_tied[:, None, :]
+            out[name][with_ties] = (joint * grid[name].reshape(n + 1, n + 1)[None]).sum(axis=(1, 2))
     return out
 
 

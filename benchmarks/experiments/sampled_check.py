@@ -85,27 +85,28 @@ def rebuild(row: dict, folder: Path, data, split) -> Recommender:
     return model
 
 
-def popularity_masses(scores: torch.Tensor, split: LeaveOneOutSplit, chunk: int = 512) -> tuple[np.ndarray, ...]:
-    """Per test user: the expected number of ``pop100`` negatives ranked above the target and tied with it
-    (Σ π over those items, Rosén's inclusion probabilities), and the size of the pool drawn from."""
+def popularity_expectation(scores: torch.Tensor, split: LeaveOneOutSplit, chunk: int = 512) -> dict[str, np.ndarray]:
+    """Per test user, each metric's approximate expectation under ``pop100``, from Rosén's inclusion probabilities
+    of the items the model ranks above the target and of those it ties with it
+    (:func:`benchmarks.sampled_metrics.expected_popularity`)."""
     data, view = split.data, split.test()
     weights = split.popularity("test").astype(np.float64)
-    above, tied, pool = (np.zeros(len(view)) for _ in range(3))
+    found = {metric: np.zeros(len(view)) for metric in METRICS}
     for start in range(0, len(view), chunk):
         rows = np.arange(start, min(start + chunk, len(view)))
         allowed = np.ones((len(rows), split.n_items + 1), dtype=bool)
         allowed[:, 0] = False
-        offsets = data.offsets
         for position, user in enumerate(view.users[rows]):  # the user's whole sequence is never a negative
-            allowed[position, data.items[offsets[user]:offsets[user + 1]]] = False
+            allowed[position, data.items[data.offsets[user]:data.offsets[user + 1]]] = False
         allowed &= weights[None, :] > 0
         pi = inclusion_probabilities(weights, allowed, SAMPLED)
         block = scores[rows].numpy()
         target = block[np.arange(len(rows)), view.targets[rows]][:, None]
-        above[rows] = (pi * (allowed & (block > target))).sum(1)
-        tied[rows] = (pi * (allowed & (block == target))).sum(1)
-        pool[rows] = allowed.sum(1)
-    return above, tied, pool.astype(np.int64)
+        expected = expected_popularity(pi * (allowed & (block > target)), pi * (allowed & (block == target)),
+                                       SAMPLED, METRICS)
+        for metric in METRICS:
+            found[metric][rows] = expected[metric]
+    return found
 
 
 def realised(scores: torch.Tensor, split: LeaveOneOutSplit, protocol: str, draws: int) -> list[dict[str, float]]:
@@ -136,8 +137,7 @@ def check_model(row: dict, folder: Path, data, split, draws: int, pop_draws: int
         entry["uni100"][metric] = {"expected": uniform.mean[metric], "expected_draw_std": uniform.std[metric],
                                    "realised": values, "expected_minus_realised_mean": gap,
                                    "gap_in_standard_errors": gap / (uniform.std[metric] / np.sqrt(draws))}
-    above, tied, pool = popularity_masses(scores, split)
-    approximate = expected_popularity(above, tied, pool, SAMPLED, METRICS)
+    approximate = popularity_expectation(scores, split)
     pop = realised(scores, split, "pop100", pop_draws)
     for metric in METRICS:
         values = summary([draw[metric] for draw in pop])
