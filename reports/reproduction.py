@@ -23,6 +23,7 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
+from recbench.benchmarks.store import write_atomic
 from recbench.reports import figures, names, splits, tables
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, to_markdown
@@ -289,8 +290,6 @@ def stale(document: Path, reference: Path = REFERENCE) -> list[str]:
 
 def rewrite(document: Path, reference: Path = REFERENCE) -> list[str]:
     """Put each generated block of ``document`` in place from its files; the names of those that changed."""
-    from recbench.benchmarks.store import write_atomic
-
     document = Path(document)
     text, wanted = document.read_text(encoding="utf-8"), expected(document, reference)
     new = BLOCK.sub(lambda m: f"<!-- generated: {m['name']} -->\n{wanted[m['name']][1]}"
