@@ -116,6 +116,7 @@ COINCIDENCES = {
     ".0210": "fidelity: BERT4Rec's earlier design after 600 steps / the splits' tables",
     ".0373": "fidelity: BPR-MF at d = 32 / the splits' tables",
     ".0383": "fidelity: BERT4Rec's paper profile, seed 1, 600 steps / NCF's ML-1m full NDCG@10",
+    ".0700": "fidelity: BERT4Rec's converge schedule after 10 epochs, full / SASRec's defaults on ML-100k, full",
     ".1049": "fidelity: a SASRec switch's HR@10 / the splits' tables",
     ".1408": "fidelity: SASRec with float32 dropout masks, full HR@10 / Table 5's h = 1 under full ranking",
     ".1442": "fidelity: SASRec retrained on s[:-1], HR@10 after 10 epochs / BERT4Rec's ML-1m full NDCG@10",
