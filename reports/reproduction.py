@@ -298,9 +298,62 @@ def tuning_searches(reference: Path) -> str:
         notes=notes, align="llrrrrr"), [pruning, models])
 
 
+def _machine(kept: dict) -> str:
+    """The device a measurement file records, else its machine, as the tables name a device."""
+    machine = kept.get("machine") or {}
+    if kept.get("device"):
+        return names.device_name(kept["device"])
+    if isinstance(machine, dict) and machine:
+        threads = machine.get("torch_threads")
+        return f"cpu ({machine.get('cpu', 'cpu')}, {machine.get('cores')} cores" + (
+            f", {threads} thread{'s' if threads != 1 else ''})" if threads else ")")
+    return "not recorded"
+
+
+def speed(reference: Path) -> str:
+    """Speed ratios of the measurements behind the manual's advice, one line per (file, model, setting)."""
+    table_rows, read = [], []
+
+    def add(name: str, what: str, model: str, setting: str, ratio: float, kept: dict) -> None:
+        table_rows.append([label(what), label(names.model_name(model) if model else "–"), label(setting),
+                           Cell(f"{ratio:.2f}×", ratio), label(_machine(kept)), label(f"`{name}`")])
+
+    def load(name: str) -> dict:
+        read.append(reference / name)
+        return json.loads((reference / name).read_text(encoding="utf-8"))
+
+    for name in ("compile-speed-cpu.json", "compile-speed-cuda-h200.json"):
+        kept = load(name)
+        for entry in kept["summary"]:
+            add(name, "compiled / eager steps a second", entry["model"], f"median of {entry['rounds']} rounds",
+                entry["median_compiled_over_eager"], kept)
+    for name in ("precision-speed-cpu-1thread.json", "precision-speed-cpu-1thread-avx512bf16.json"):
+        kept = load(name)
+        for entry in kept["summary"]:
+            add(name, "bf16 / fp32 steps a second", entry["model"], f"d = {entry['hidden']}, six batches",
+                entry["median_bf16_over_fp32"], kept)
+    kept = load("precision-speed-real-run-ml-1m-avx512bf16.json")
+    for setting, ratio in kept["bf16_over_fp32"].items():
+        add(read[-1].name, "bf16 / fp32 sequences a second", "bert4rec",
+            f"two epochs of a run, {setting.replace('_', ' ')}", ratio, kept)
+    kept = load("parallel-grid-ml-1m-bert4rec.json")
+    add(read[-1].name, "--jobs 2 --threads 1 / --jobs 1 --threads 2", "bert4rec", "two jobs of 200 steps",
+        kept["speedup"], kept)
+    kept = load("shared-cores-cpu.json")
+    add(read[-1].name, "alone / beside a busy core", "bert4rec", "a 2-thread job", kept["slowdown"], kept)
+    kept = load("adam-fused-speed-cpu.json")
+    for entry in kept["results"]:
+        add(read[-1].name, "fused / looped Adam step", entry["model"], names.dataset_name(entry["dataset"]),
+            entry["median_loop_over_fused"], kept)
+    notes = ["Ratios of speeds (above 1: the first is faster), medians of interleaved rounds where the file has "
+             "rounds; each on the device or machine its file records."]
+    return _table_block(Table("speed", "Speed", ["Measured", "Model", "Setting", "Ratio", "Machine", "File"],
+                              table_rows, notes=notes, align="lllrll"), read)
+
+
 BLOCKS = {"paper-comparison": paper_comparison, "cost": cost, "runs": runs, "curves": curves, "table5": table5,
           "ablation-curves": ablation_curves, "probes": probes, "refits": refits, "splits": split_tables,
-          "tuning": tuning_searches}
+          "tuning": tuning_searches, "speed": speed}
 
 
 # -------------------------------------------------------------------------------------------------- documents
