@@ -28,7 +28,7 @@ import torch
 
 from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.jobs import GridError
-from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.options import RunOptions, cpu_threads
 from recbench.benchmarks.worker import JobOutcome, run_job
 from recbench.models import model_class, model_origin
 
@@ -40,14 +40,6 @@ def _handing(payloads: Iterator, handed: list) -> Iterator:
     for payload in payloads:
         handed.append(payload)
         yield payload
-
-
-def cpu_threads() -> int:
-    """CPU cores this process may use (its affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def busy_cores(interval: float = 0.1) -> float | None:

@@ -32,6 +32,7 @@ from recbench.benchmarks.planner import plan_grid, prepare_negatives
 from recbench.benchmarks.provenance import git_commit
 from recbench.benchmarks.reuse import reusable_twins, reused_outcome  # noqa: F401 (the studies import reusable_twins here)
 from recbench.benchmarks.store import ResultStore, row_threads, thread_count_line
+from recbench.benchmarks.tracking import Tracker
 from recbench.benchmarks.worker import JobOutcome, JobPayload
 from recbench.datasets import resolve_cache_dir, resolve_data_dir
 
@@ -70,18 +71,10 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     and :class:`~benchmarks.jobs.GridInterrupted` on Ctrl-C.
     """
     planned, datasets = plan or plan_grid(jobs, options, preloaded=preloaded, log=log)
-    store = ResultStore(Path(options.output).resolve())
+    store = ResultStore(Path(options.output).resolve(), threads=options.cpu_threads_per_job())
     result = GridResult(planned)
-    threads = options.cpu_threads_per_job()
-    pending = _pending(planned, store, options.resume, result, log, threads)
-    reused = {job.key: twins[job.key] for job in pending if twins and job.key in twins}
-    for key, twin in list(reused.items()):  # rows of another CPU thread count are another computation
-        recorded = {row_threads(row) for row in twin.rows} - {None, threads}
-        if threads is not None and recorded:
-            log(f"{twin.rows[0]['run_id']}: not reused from {twin.where}: its rows were trained on {min(recorded)} "
-                f"CPU thread(s), this run uses {threads}, and the same seed gives other metrics on another count; "
-                f"it trains here (--threads {min(recorded)} reuses them)")
-            del reused[key]
+    pending = _pending(planned, store, options.resume, result, log)
+    reused = _same_threads({job.key: twins[job.key] for job in pending if twins and job.key in twins}, store, log)
     pending = [job for job in pending if job.key not in reused]
     invocation = _invocation(options)
     store.start_invocation(invocation, planned, {job.key for job in pending}, reused=set(reused))
@@ -95,15 +88,19 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     sources = {job.job.model: job.model_source for job in planned if job.model_source}
     executor = Executor(options, log, sources=sources)
     clock = GridProgress(planned, pending, executor.parallelism, log, estimates, datasets)
+    tracker = Tracker(options.track, store.folder) if options.track else None  # --track: benchmarks.tracking
     payloads = [JobPayload(planned=job, device=options.device, threads=executor.threads_per_job,
                            negatives_dir=str(cache / "negatives"), checkpoint=str(store.checkpoint(job.file_stem)),
                            resume=options.resume, keep_weights=options.keep_checkpoints,
                            progress=executor.worker_progress, epoch_lines=executor.worker_epoch_lines,
-                           commit=invocation["commit"], compile=options.compile)
+                           commit=invocation["commit"], compile=options.compile,
+                           on_validation=tracker.start(job) if tracker else None)
                 for job in pending]
     try:
         for outcome in executor.run(payloads, datasets, clock.started):
             _record(outcome, store, result)
+            if tracker:
+                tracker.finish(outcome)
             clock.done(outcome)
     except KeyboardInterrupt:
         result.interrupted = True
@@ -114,23 +111,37 @@ def run_jobs(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = N
     return result
 
 
-def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result: GridResult, log,
-             threads: int | None = None) -> list:
-    """The jobs to run: all of them, or with ``resume`` those without every result row (trained on the CPU with
-    ``threads`` torch threads, when given). Says plainly when rows written under an older key version or another
-    thread count will not be reused; without ``resume``, refuses to discard the checkpoint of an interrupted run
-    (:func:`_refuse_to_discard`)."""
+def _same_threads(twins: dict, store: ResultStore, log) -> dict:
+    """The ``twins`` whose rows were trained on the store's CPU thread count (or on a GPU): rows of another count are
+    another computation, which the job trains here instead, saying so."""
+    kept = {}
+    for key, twin in twins.items():
+        recorded = {row_threads(row) for row in twin.rows} - {None, store.threads}
+        if store.threads is None or not recorded:
+            kept[key] = twin
+            continue
+        log(f"{twin.rows[0]['run_id']}: not reused from {twin.where}: its rows were trained on {min(recorded)} CPU "
+            f"thread(s), this run uses {store.threads}, and the same seed gives other metrics on another count; it "
+            f"trains here (--threads {min(recorded)} reuses them)")
+    return kept
+
+
+def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result: GridResult, log) -> list:
+    """The jobs to run: all of them, or with ``resume`` those without every result row (of the store's CPU thread
+    count). Says plainly when rows written under an older key version or another thread count will not be reused;
+    without ``resume``, refuses to discard the checkpoint of an interrupted run (:func:`_refuse_to_discard`)."""
     pending = []
     rows = store.rows if resume else []  # read once: a grid's file holds thousands of rows
-    finished = store.finished(planned, rows, threads)
-    other_threads = store.other_threads(planned, rows, threads)
+    finished = store.finished(planned, rows)
+    other_threads = store.other_threads(planned, rows)
     for number, job in enumerate(planned, start=1):
         if job.key in finished:
             log(f"[{number}/{len(planned)}] {job.run_id}: already in results.jsonl (key {job.key[:12]}), skipped")
             result.skipped.append(job)
         else:
             if job.key in other_threads:
-                log(thread_count_line(f"[{number}/{len(planned)}] {job.run_id}", other_threads[job.key], threads))
+                log(thread_count_line(f"[{number}/{len(planned)}] {job.run_id}", other_threads[job.key],
+                                      store.threads))
             pending.append(job)
     if not resume:
         _refuse_to_discard(pending, store)

@@ -9,6 +9,7 @@ when it is not the paper's leave-one-out, so that those keys stay as they were).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from recbench.benchmarks.config import PROFILES
 from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.evaluator import PROTOCOLS
 from recbench.benchmarks.negatives import PAIRS
+from recbench.benchmarks.tracking import missing as tracking_problem
 from recbench.datasets.errors import unknown
 from recbench.datasets.splits import LEAVE_ONE_OUT, SplitSpec
 
@@ -41,6 +43,7 @@ class RunOptions:
     command: list[str] | None = field(default=None)  # the invocation recorded in manifest.jsonl (None: sys.argv)
     logs: dict = field(default_factory=dict)  # dataset name -> datasets.InteractionLog, a log of the user's own
     split: SplitSpec | str = "leave-one-out"  # or "temporal", or a SplitSpec with the temporal split's cuts
+    track: str | None = None  # "tensorboard" or "mlflow": each job's curve and figures there too (benchmarks.tracking)
 
     def __post_init__(self):
         self.output = Path(self.output)
@@ -57,8 +60,6 @@ class RunOptions:
         if self.threads:
             return self.threads
         if self.n_jobs > 1:
-            from recbench.benchmarks.execution import cpu_threads  # execution imports this module
-
             return max(1, cpu_threads() // self.n_jobs)
         return torch.get_num_threads()
 
@@ -82,11 +83,21 @@ class RunOptions:
             except ImportError:
                 found.append('--dask-scheduler needs Dask: pip install -e ".[distributed]"')
         found += [f"--config {path}: no such file" for path in self.config_files if not path.is_file()]
+        if self.track and (problem := tracking_problem(self.track)):
+            found.append(problem)
         try:
             resolve_device(self.device)
         except (RuntimeError, ValueError) as error:
             found.append(str(error))
         return found
+
+
+def cpu_threads() -> int:
+    """CPU cores this process may use (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def output_suffix(scheme: str) -> str:

@@ -202,8 +202,11 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 class ResultStore:
     """The files of one results folder (see the module docstring)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, threads: int | None = None):
+        """``threads``: the torch threads of each job of the run that reads the folder, where it trains on the CPU
+        (:meth:`benchmarks.options.RunOptions.cpu_threads_per_job`): rows of another count are not its results."""
         self.folder = Path(folder)
+        self.threads = threads
         self.path = self.folder / "results.jsonl"
         self.failures_path = self.folder / "failed.jsonl"
         self.manifest_path = self.folder / "manifest.jsonl"
@@ -226,25 +229,24 @@ class ResultStore:
         """Where the job with this file stem keeps its resumable training state while it runs."""
         return self.folder / "checkpoints" / f"{file_stem}.pt"
 
-    def finished(self, jobs, rows: list[dict] | None = None, threads: int | None = None) -> frozenset[str]:
+    def finished(self, jobs, rows: list[dict] | None = None) -> frozenset[str]:
         """The keys of ``jobs`` (each with ``key`` and ``protocols``) whose every protocol's row is in
-        ``results.jsonl``, read once for all of them (or in ``rows``, where the caller has read them). With
-        ``threads`` (a run on the CPU with that many torch threads per job), rows trained on the CPU with another
-        count do not count (:func:`other_threads` names them)."""
+        ``results.jsonl``, read once for all of them (or in ``rows``, where the caller has read them). Where the
+        store has ``threads``, rows trained on the CPU with another count do not count (:meth:`other_threads`)."""
         have: dict[str, set[str]] = {}
         for row in self.rows if rows is None else rows:
-            if threads is None or row_threads(row) in (None, threads):
+            if self.threads is None or row_threads(row) in (None, self.threads):
                 have.setdefault(row.get("key"), set()).add(row["protocol"])
         return frozenset(job.key for job in jobs if set(job.protocols) <= have.get(job.key, set()))
 
-    def other_threads(self, jobs, rows: list[dict], threads: int | None) -> dict[str, int]:
+    def other_threads(self, jobs, rows: list[dict]) -> dict[str, int]:
         """{key: the thread count its rows were trained with} of the ``jobs`` whose rows were trained on the CPU
-        with another count than ``threads``: a resumed run trains them again rather than mix the counts."""
-        if threads is None:
+        with another count than the store's ``threads``: a resumed run trains them again rather than mix them."""
+        if self.threads is None:
             return {}
         keys = {job.key for job in jobs}
         return {row["key"]: row_threads(row) for row in rows
-                if row.get("key") in keys and row_threads(row) not in (None, threads)}
+                if row.get("key") in keys and row_threads(row) not in (None, self.threads)}
 
     def commit(self, key: str, rows: list[dict], files: dict) -> None:
         """Record a finished job: its files first, then its rows in place of any earlier rows of the same key

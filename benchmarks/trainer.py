@@ -124,6 +124,7 @@ class Validation:
     value: float  # the selection metric's value
     best: float  # the best value so far, this one included
     improved: bool
+    loss: float | None = None  # the epoch's mean training loss (what a tracker logs beside the metrics)
 
 
 @dataclass
@@ -340,7 +341,7 @@ class Trainer:
                 state.bad_validations += 1
             if self.run.on_validation is not None:
                 stop = self.run.on_validation(Validation(epoch, state.step, metrics, value, state.best_metric,
-                                                         improved))
+                                                         improved, state.history[-1]["loss"]))
         elif validate is None:
             state.best_epoch, state.best_step, state.best_weights = epoch, state.step, None
         if epoch >= s.max_epochs:

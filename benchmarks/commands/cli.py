@@ -17,12 +17,12 @@ from typing import Callable
 
 from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.estimate import estimate_jobs, finished_stops, reference_stops, total_lines
-from recbench.benchmarks.execution import cpu_threads
 from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
-from recbench.benchmarks.options import RunOptions
+from recbench.benchmarks.options import RunOptions, cpu_threads
 from recbench.benchmarks.planner import plan_grid
 from recbench.benchmarks.store import ResultStore, implausible, row_threads
+from recbench.benchmarks.tracking import TRACKERS
 from recbench.datasets.splits import LEAVE_ONE_OUT, SCHEMES, SplitSpec
 from recbench.reports import generate_report
 
@@ -74,6 +74,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="check the grid, print every job with its resolved settings and key (with --resume: "
                              "which are done and where each interrupted one stands), and exit")
+    parser.add_argument("--track", default=None, choices=TRACKERS,
+                        help="also write each job's loss and validation metrics every epoch, and its test metrics "
+                             "and settings, to TensorBoard (<output>/tensorboard) or MLflow ($MLFLOW_TRACKING_URI, "
+                             "else <output>/mlflow.db); pip install -e \".[track]\"")
     parser.add_argument("--no-report", action="store_true", help="do not generate the report at the end")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors and failed jobs")
@@ -87,7 +91,8 @@ def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Pa
                       config_files=tuple(args.config_files), device=args.device, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, resume=args.resume, n_jobs=args.jobs, threads=args.threads,
                       dask_scheduler=args.dask_scheduler, keep_checkpoints=args.keep_checkpoints,
-                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args))
+                      compile=args.compile, progress=not args.quiet, logs=dict(logs or {}), split=split_spec(args),
+                      track=getattr(args, "track", None))
 
 
 def choose_threads(args: argparse.Namespace) -> str:
@@ -156,7 +161,7 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
         if args.dry_run or (estimate and estimates is None):
             plan = plan or plan_grid(jobs, options)
             planned, datasets = plan
-            store = ResultStore(options.output)
+            store = ResultStore(options.output, threads=options.cpu_threads_per_job())
             # read once, and only where used: a checkpoint holds the weights too (hundreds of MB)
             states = interrupted(planned, store) if args.dry_run or options.resume else {}
             note = busy_note(options, estimate)
@@ -165,8 +170,7 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
             if estimate:
                 estimates = training_left(planned, datasets, store, args, states if options.resume else {}, twins)
             if args.dry_run:
-                print_plan(planned, store, options.resume, states, twins, estimates, args.jobs,
-                           threads=options.cpu_threads_per_job())
+                print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
                 return 0
             if estimates:
                 print(*total_lines(estimates, args.jobs), sep="\n")
@@ -234,20 +238,18 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
 
 
 def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, twins: dict | None = None,
-               estimates: dict | None = None, n_jobs: int = 1, notes: dict | None = None,
-               threads: int | None = None) -> None:
+               estimates: dict | None = None, n_jobs: int = 1, notes: dict | None = None) -> None:
     """``--dry-run``: every job with its key, what would happen to it (with ``resume``: skipped when done,
     resumed from its checkpoint, where it stands in ``states`` (:func:`benchmarks.grid.interrupted`); reused
     where ``twins`` has its rows), the lines ``notes`` holds for it, every resolved setting, and the training it
     has left where ``estimates`` (:func:`training_left`) has it (then also the total, one job after another and
-    ``n_jobs`` at once). ``threads``: the torch threads of each job of a CPU run, whose rows alone a resume
-    skips (rows of another count are trained again)."""
+    ``n_jobs`` at once). A resume skips only rows of the store's CPU thread count (others train again)."""
     def settings(values: dict) -> str:
         return " ".join(f"{name}={value}" for name, value in values.items())
 
     rows = store.rows if resume else []
-    finished = store.finished(planned, rows, threads)
-    other_threads = store.other_threads(planned, rows, threads)
+    finished = store.finished(planned, rows)
+    other_threads = store.other_threads(planned, rows)
     for number, job in enumerate(planned, start=1):
         action = "run"
         if job.key in finished:
@@ -259,7 +261,7 @@ def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, tw
             action = f"resume from {where}" if resume else f"refused without --resume (its checkpoint: {where})"
         elif job.key in other_threads:
             action = (f"run again (its rows were trained on {other_threads[job.key]} CPU thread(s), this run uses "
-                      f"{threads}; --threads {other_threads[job.key]} keeps them)")
+                      f"{store.threads}; --threads {other_threads[job.key]} keeps them)")
         described = job.describe()
         print(f"[{number}/{len(planned)}] {job.run_id}  key {job.key[:12]}  {action}",
               *(notes or {}).get(job.key, ()), sep="\n")
