@@ -34,6 +34,8 @@ _REGISTRY = {
     "bprmf": "recbench.models.bprmf:BPRMF",
     "sasrec": "recbench.models.sasrec:SASRec",
     "sasrec-ce": "recbench.models.sasrec:SASRecCE",
+    "gsasrec": "recbench.models.sasrec_losses:GSASRec",
+    "sasrec-ss": "recbench.models.sasrec_losses:SASRecSampledSoftmax",
     "bert4rec": "recbench.models.bert4rec:BERT4Rec",
     "bert4rec-1mask": "recbench.models.bert4rec:BERT4Rec1Mask",
     "bert4rec-1mask-random": "recbench.models.bert4rec:BERT4Rec1MaskRandom",

@@ -109,15 +109,18 @@ class SASRec(NeuralRecommender):
         return {"users": torch.from_numpy(train.users[rows]), "items": torch.from_numpy(windows)}
 
     def _encode(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Hidden states F_t (N, d) of the non-padding input positions, their next items (N,) and the users."""
+        """Hidden states F_t (N, d) of the non-padding input positions, their next items (N,) and the batch row
+        each position belongs to (N,)."""
         inputs, targets = trim_padding(batch["items"][:, :-1], batch["items"][:, 1:])
         where = inputs != PAD  # the first item of a window is only ever an input
         hidden, _ = self.encoder(inputs)
-        return hidden, targets[where], batch["users"][:, None].expand_as(inputs)[where]
+        rows = torch.arange(len(inputs), device=inputs.device)[:, None].expand_as(inputs)[where]
+        return hidden, targets[where], rows
 
     def loss(self, batch, generator):
         """BCE with one negative per non-padding position (§III-E)."""
-        hidden, targets, users = self._encode(batch)
+        hidden, targets, rows = self._encode(batch)
+        users = batch["users"][rows]
         negatives = uniform_negatives(self.n_items, users.shape, generator, users.device, users, self.seen)
         positive = (hidden * self.item_embedding[targets]).sum(-1)
         negative = (hidden * self.item_embedding[negatives]).sum(-1)
