@@ -1,5 +1,8 @@
 """BERT4Rec's studies as job lists for :func:`benchmarks.grid.run_jobs`, built as the paper ran them: the ablation
-(Table 5), the sensitivity sweeps (Fig. 3: d, Fig. 4: ρ, Table 4: N) and the Cloze study (Table 3).
+(Table 5), the sensitivity sweeps (Fig. 3: d, Fig. 4: ρ, Table 4: N) and the Cloze study (Table 3); and the study
+the field asked next, of the loss and the direction (:data:`LOSS_VARIANTS`): SASRec's network at one size trained with
+each loss the field moved to, beside BERT4Rec's bidirectional Cloze objective with the same full softmax, so that one
+table says whether the encoder's direction or the loss explains the paper's ranking, and what each loss costs.
 
 Every variant is the registered model with ``--set``-style overrides (``use_position=false``), never a copied
 model, so its rows land in ``results.jsonl`` beside the main grid with ``study``, ``variant`` and ``sweep`` set.
@@ -25,6 +28,7 @@ trains; ``--profile paper`` runs the authors' 400,000-step schedule.
     python -m benchmarks.studies sensitivity --datasets ml-1m beauty --param d
     python -m benchmarks.studies sensitivity --datasets ml-1m beauty --param N
     python -m benchmarks.studies cloze --datasets ml-1m beauty
+    python -m benchmarks.studies losses --datasets ml-1m beauty --seeds 0 1
 """
 from __future__ import annotations
 
@@ -106,6 +110,38 @@ def ablation_jobs(datasets, models, seeds=(0,), variants=None, overrides=()) -> 
     return [Job(dataset, model, seed, study="ablation", variant=variant,
                 overrides=(*overrides, *ABLATIONS[variant]))
             for dataset in datasets for model in models for variant in chosen for seed in seeds]
+
+
+# The loss study: label → (model, overrides). One backbone, SASRec's network with its settings per dataset at the
+# suite's d = 64, scoring with the shared item embedding; only the objective changes (models/sasrec_losses.py), and
+# BERT4Rec's Cloze row changes the direction with the same full softmax. The full softmax is the reference row.
+LOSS_REFERENCE = "full softmax (SASRec-CE)"
+LOSS_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "BCE, 1 negative (SASRec)": ("sasrec", ()),
+    "BCE, 256 negatives": ("gsasrec", ("loss=\"bce\"", "shared_output=true")),
+    "gBCE, 256 negatives, t = 0.75 (gSASRec)": ("gsasrec", ("shared_output=true",)),
+    "sampled softmax, 256 uniform": ("sasrec-ss", ("negatives=256",)),
+    "sampled softmax, 256 popularity": ("sasrec-ss", ("negatives=256", "sampler=\"popularity\"")),
+    "sampled softmax, 256 popularity, logQ": ("sasrec-ss", ("negatives=256", "sampler=\"popularity\"",
+                                                             "logq=true")),
+    "sampled softmax, 3,000 uniform": ("sasrec-ss", ()),
+    LOSS_REFERENCE: ("sasrec-ce", ()),
+    "Cloze, full softmax (BERT4Rec)": ("bert4rec", ()),
+}
+
+
+def loss_jobs(datasets, seeds=(0,), variants=None, overrides=()) -> list[Job]:
+    """One job per (dataset, variant of :data:`LOSS_VARIANTS`, seed), seeds innermost so that a dataset's first
+    seed of every variant comes before its second; ``variants`` picks labels."""
+    chosen = list(LOSS_VARIANTS) if variants is None else list(variants)
+    unknown = [name for name in chosen if name not in LOSS_VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown loss variant(s) {unknown}; valid: {list(LOSS_VARIANTS)}")
+    check_overrides([*overrides, *(o for v in chosen for o in LOSS_VARIANTS[v][1])],
+                    list(dict.fromkeys(LOSS_VARIANTS[v][0] for v in chosen)))
+    return [Job(dataset, LOSS_VARIANTS[variant][0], seed, study="losses", variant=variant,
+                overrides=(*overrides, *LOSS_VARIANTS[variant][1]))
+            for dataset in datasets for seed in seeds for variant in chosen]
 
 
 # ------------------------------------------------------------------------------------------- tied settings
@@ -230,26 +266,29 @@ def cloze_jobs(datasets, seeds=(0,), models=tuple(CLOZE_MODELS), overrides=(), p
 
 # ---------------------------------------------------------------------------------------------- output
 
-def study_table(rows: list[dict], metric: str = "NDCG@10") -> str:
-    """Variants × (dataset, model, protocol) of ``metric`` (mean over seeds); as Table 5, a drop of more than
-    10% against the ``default`` row is marked ↓."""
-    columns = list(dict.fromkeys((r["dataset"], r["model"], r["protocol"]) for r in rows))
+def study_table(rows: list[dict], metric: str = "NDCG@10", base: str = "default", by_model: bool = True) -> str:
+    """Variants × (dataset, model, protocol) of ``metric`` (mean over seeds; without ``by_model`` the columns are
+    (dataset, protocol), for a study whose variants are models of their own); as Table 5, a drop of more than 10%
+    against the ``base`` row is marked ↓."""
+    def column_of(row):
+        return (row["dataset"], row["model"], row["protocol"]) if by_model else (row["dataset"], row["protocol"])
+
+    columns = list(dict.fromkeys(column_of(r) for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
 
     def mean(variant, column):
-        values = [r["metrics"][metric] for r in rows
-                  if r["variant"] == variant and (r["dataset"], r["model"], r["protocol"]) == column]
+        values = [r["metrics"][metric] for r in rows if r["variant"] == variant and column_of(r) == column]
         return float(np.mean(values)) if values else None
 
     table = []
     for variant in variants:
         cells = [variant]
         for column in columns:
-            value, base = mean(variant, column), mean("default", column)
-            mark = " ↓" if value is not None and base and value < 0.9 * base else ""
+            value, reference = mean(variant, column), mean(base, column)
+            mark = " ↓" if value is not None and reference and value < 0.9 * reference else ""
             cells.append("" if value is None else f"{value:.4f}{mark}")
         table.append(cells)
-    headers = ["variant", *(f"{d} {m} ({p})" for d, m, p in columns)]
+    headers = ["variant", *(" ".join(column[:-1]) + f" ({column[-1]})" for column in columns)]
     return f"{metric}\n\n" + tabulate(table, headers=headers, tablefmt="github") + "\n"
 
 
@@ -339,6 +378,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     cloze.add_argument("--models", nargs="+", default=list(CLOZE_MODELS), metavar="NAME")
     cloze.add_argument("--hidden", type=int, default=CLOZE_HIDDEN, metavar="D",
                        help=f"d of every model (default {CLOZE_HIDDEN}, the paper's); heads follow for BERT4Rec")
+    losses = common(studies.add_parser("losses", help="the loss and the direction: SASRec's network with BCE, gBCE, "
+                                                      "sampled and full softmax, beside BERT4Rec's Cloze"))
+    losses.add_argument("--variants", nargs="+", default=None, metavar="LABEL",
+                        help=f"rows to run (default: all of {list(LOSS_VARIANTS)})")
     return parser.parse_args(argv)
 
 
@@ -346,6 +389,8 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
     overrides = tuple(args.overrides)
     if args.study == "ablation":
         return ablation_jobs(args.datasets, args.models, args.seeds, args.variants, overrides)
+    if args.study == "losses":
+        return loss_jobs(args.datasets, args.seeds, args.variants, overrides)
     if args.study == "sensitivity":
         return sensitivity_jobs(args.datasets, args.models, args.param, args.values, args.seeds, overrides,
                                 args.profile)
@@ -374,7 +419,8 @@ def main(argv=None) -> int:
         store = ResultStore(output)
 
         def table(rows: list[dict]) -> str:
-            text = study_table(rows)
+            text = study_table(rows, base=LOSS_REFERENCE, by_model=False) if args.study == "losses" else \
+                study_table(rows)
             print("\n" + text)
             return text
 
