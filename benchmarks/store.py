@@ -275,6 +275,30 @@ class ResultStore:
         if failures or self.failures_path.exists():
             write_atomic(self.failures_path, "".join(json.dumps(f) + "\n" for f in failures))
 
+    @contextmanager
+    def filling(self, description: str):
+        """Mark the folder as being filled by this process while the block runs: a lock file under ``running/``
+        named by its pid, holding ``description`` (:func:`claimed`: the kernel frees it however the process ends),
+        which :meth:`others_filling` reads."""
+        name = f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}.lock"  # one per run, even in one process
+        with claimed(self.folder / "running" / name, description):
+            yield
+
+    def others_filling(self) -> list[str]:
+        """The descriptions of the other live runs filling this folder (:meth:`filling`); a lock file its process
+        left behind (killed before it could remove it) is removed."""
+        found = []
+        for path in sorted((self.folder / "running").glob("*.lock")):
+            with open(path, "a+") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.seek(0)
+                    found.append(handle.read().strip() or path.stem)
+                    continue
+                path.unlink(missing_ok=True)  # no process holds it: a run that ended without removing it
+        return found
+
     def latest_plan(self) -> dict | None:
         """The latest invocation's start entry of ``manifest.jsonl`` (its ``time``, ``command`` and ``jobs``: each
         planned job's key, run id and action), None in a folder no run has started in."""

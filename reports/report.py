@@ -157,6 +157,10 @@ def _provenance(results: ResultSet) -> list[str]:
     created = sorted(str(r.get("created")) for r in rows if r.get("created"))
     if created:
         lines.append(f"- Written between {created[0]} and {created[-1]} (UTC).")
+    resumed = sorted({f"{r.get('run_id', r.model)} (from epoch {r.get('resumed_from_epoch')})" for r in rows
+                      if r.get("resumed_from_epoch")})
+    if resumed:  # a resumed run's draws after its checkpoint are its own: a reader may want to know which
+        lines.append(f"- Resumed from a checkpoint after an interruption: {', '.join(resumed)}.")
     lines.append("- Datasets:")
     for dataset in names.order_datasets(results.values("dataset")):
         infos = [r.get("dataset_info") or {} for r in results.select(dataset=dataset)]

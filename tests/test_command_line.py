@@ -108,3 +108,24 @@ def test_a_dry_run_and_an_estimate_on_a_busy_machine_say_what_that_does_to_their
         "once it ends (rerun it then).")
     monkeypatch.setattr(cli.os, "getloadavg", lambda: (0.3, 0.0, 0.0))
     assert cli.busy_note(options, estimate=True) is None
+
+
+def test_a_second_run_into_a_folder_another_run_is_filling_is_refused_naming_it_or_shares_it_with_resume(
+        tmp_path, capsys):
+    """Issue 70: two identical runs into one folder without --resume both trained every job, without a word."""
+    from recbench.benchmarks.store import ResultStore
+
+    argv = ["--models", "pop", "--output", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+            "--quiet", "--no-report", "--threads", "1"]
+    store = ResultStore(tmp_path / "out")
+    with store.filling("pid 4242 on host since 2026-12-07T10:00:00+00:00: python run_all.py"):
+        assert run_all.main(argv) == cli.EXIT_USAGE
+        assert capsys.readouterr().err.strip() == (
+            f"error: {tmp_path / 'out'} is being filled by another run (pid 4242 on host since "
+            f"2026-12-07T10:00:00+00:00: python run_all.py); wait for it to end, add --resume to share the folder "
+            f"(each job then trains once), or choose another --output")
+        assert run_all.main([*argv, "--resume"]) == 0
+        assert "note: another run is filling" in capsys.readouterr().out
+    assert store.others_filling() == [] and run_all.main(argv) == 0  # its lock gone with it
+    (tmp_path / "out" / "running" / "host-1.lock").write_text("pid 1: killed before it could remove this")
+    assert store.others_filling() == [] and not (tmp_path / "out" / "running" / "host-1.lock").exists()

@@ -169,6 +169,10 @@ def test_a_resumed_row_counts_the_training_time_of_every_session(tmp_path, capsy
     assert row["resumed_from_epoch"] == 2
     assert 3600.0 < row["train_seconds"] < 3600.0 + 600 and 3000.0 < row["train_cpu_seconds"] < 3000.0 + 600
     assert row["train_paused_seconds"] == pytest.approx(1200.0, abs=1.0)  # this session stood still no longer
+    from recbench.reports import generate_report  # the report marks the resumed job (issue 70)
+
+    assert "- Resumed from a checkpoint after an interruption: synthetic/sasrec/seed0 (from epoch 2)." in \
+        generate_report(tmp_path / "out").read_text()
 
 
 def test_the_time_left_counts_a_resumed_jobs_earlier_sessions_and_guesses_nothing_for_untimed_models(

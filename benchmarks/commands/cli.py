@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -21,7 +22,7 @@ from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions, cpu_threads
 from recbench.benchmarks.planner import plan_grid
-from recbench.benchmarks.store import ResultStore, implausible, row_threads
+from recbench.benchmarks.store import ResultStore, implausible, now, row_threads
 from recbench.benchmarks.tracking import TRACKERS
 from recbench.datasets.splits import LEAVE_ONE_OUT, SCHEMES, SplitSpec
 from recbench.reports import generate_report
@@ -174,7 +175,17 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
                 return 0
             if estimates:
                 print(*total_lines(estimates, args.jobs), sep="\n")
-        result = run_jobs(jobs, options, plan=plan, twins=twins, estimates=estimates)
+        store = ResultStore(options.output)
+        others = store.others_filling()
+        if others and not options.resume:
+            print(f"error: {options.output} is being filled by another run ({others[0]}); wait for it to end, add "
+                  f"--resume to share the folder (each job then trains once), or choose another --output",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        for other in others:
+            print(f"note: another run is filling {options.output} ({other}); the jobs it runs are left to it")
+        with store.filling(f"pid {os.getpid()} on {socket.gethostname()} since {now()}: {' '.join(sys.argv)}"):
+            result = run_jobs(jobs, options, plan=plan, twins=twins, estimates=estimates)
     except GridInterrupted:
         print(f"\ninterrupted: finished jobs are recorded in {options.output}/; rerun the same command with --resume "
               f"to continue (interrupted training resumes from its checkpoint)", file=sys.stderr)
