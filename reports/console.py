@@ -10,6 +10,7 @@ from tabulate import tabulate
 from recbench.benchmarks.metrics import is_list_metric
 from recbench.benchmarks.store import LEAVE_ONE_OUT, split_scheme
 from recbench.reports.results import CONVERGE_ADVICE
+from recbench.reports.splits import coarse_steps
 from recbench.reports.stats import seed_summary
 
 SMOKE_NOTE = ("> **Smoke profile: installation check, not the paper's settings.** These models were trained for "
@@ -50,9 +51,14 @@ def _table(dataset: str, protocol: str, rows: list[dict], beyond: bool) -> str |
                          + ("" if summary.std is None else f" ± {summary.std:.4f}"))
         table.append(cells)
     seeds = len({r["seed"] for r in rows})
-    temporal = ", temporal split" if any(split_scheme(r) != LEAVE_ONE_OUT for r in rows) else ""
+    temporal, coarse = "", None
+    if any(split_scheme(r) != LEAVE_ONE_OUT for r in rows):  # a temporal split tests the users active after its cut
+        users = min((r["users_evaluated"] for r in rows if r.get("users_evaluated") is not None), default=None)
+        temporal = ", temporal split" + (f", {users:,} users evaluated" if users is not None else "")
+        coarse = users is not None and coarse_steps(dataset, "temporal", users)
     spread = f"{seeds} seeds, mean ± sample std" if seeds > 1 else "1 seed"
     what = " — beyond accuracy: the users' top-k lists" if beyond else ""
     title = f"### {dataset} — protocol `{protocol}`{what} ({spread}, test split{temporal})"
     return title + "\n\n" + tabulate(table, headers=["metric", *models], tablefmt="github", disable_numparse=True,
-                                     colalign=("left",) + ("right",) * len(models))
+                                     colalign=("left",) + ("right",) * len(models)) + (
+        f"\n\n> {coarse}" if coarse else "")

@@ -49,6 +49,37 @@ MEANINGS = {
 }
 
 
+# Below this many evaluated users a hit rate moves in steps above 0.01 (one user is 1/n of it): differences between
+# models smaller than a step or two are a user's hit, not a model's (a temporal split of ML-latest-small: 21 users).
+FEW_USERS = 100
+# Kendall's τ is said in words where scipy's test of τ = 0 rejects at this level, else as no evidence either way.
+TAU_ALPHA = 0.05
+
+
+def coarse_steps(dataset: str, split: str, users: int) -> str | None:
+    """One sentence when ``users`` evaluated users are too few for fine differences (:data:`FEW_USERS`)."""
+    if users >= FEW_USERS:
+        return None
+    return (f"{names.dataset_name(dataset)}, {names.split_name(split)} split: only {users:,} users evaluated, so a hit "
+            f"rate moves in steps of 1/{users} = {1 / users:.3f}; a difference of a step or two is one or two users' "
+            f"hits, not a finding.")
+
+
+def tau_verdict(tau: float, pvalue: float, models: int) -> str:
+    """Kendall's τ between two orderings of ``models`` models, in words."""
+    if models < 3 or math.isnan(tau):
+        return f"{models} model(s) with a result under both splits: too few to compare their orderings"
+    if tau == 1:
+        return "both splits rank the models in the same order"
+    if tau == -1:
+        return "the second split reverses the first split's order"
+    figures = f"τ = {tau:+.2f}, p = {pvalue:.3f}, {models} models"
+    if pvalue < TAU_ALPHA:
+        return f"the orderings {'agree' if tau > 0 else 'disagree'} beyond chance ({figures})"
+    return (f"no evidence either way: the orderings are as alike as chance would make them ({figures}); more models "
+            f"or more users would tell")
+
+
 def section_rows(results: ResultSet) -> list[Row]:
     """The rows this section reads: the main grid's next-item results under full ranking, of every split."""
     return results.select(study="main", task=RANKING, protocol=PROTOCOL)
@@ -70,8 +101,13 @@ def _split_note(splits: list[str], rows: list[Row]) -> str:
         if found:
             counts.append(f"{names.dataset_name(dataset)}: {', '.join(found)}")
     evaluated = f" (users evaluated, {'; '.join(counts)})" if counts else ""
+    coarse = [sentence for dataset, split in sorted({(r.dataset, r.split) for r in rows if r.split in splits})
+              if (users := min((r.get("users_evaluated") for r in rows if (r.dataset, r.split) == (dataset, split)
+                                and r.get("users_evaluated") is not None), default=None)) is not None
+              and (sentence := coarse_steps(dataset, split, users))]
     return (f"Protocol {PROTOCOL} (each target ranked among all its candidate items); the test targets of the {shown} "
-            f"split{'s' if len(splits) > 1 else ''}; means over the evaluated users{evaluated}.")
+            f"split{'s' if len(splits) > 1 else ''}; means over the evaluated users{evaluated}."
+            + "".join(f" {sentence}" for sentence in coarse))
 
 
 def _orderings(cells: dict[str, Cell]) -> list[str]:
@@ -145,7 +181,7 @@ def kendall_table(results: ResultSet) -> Table | None:
         return None
     first, second = splits[:2]
     by_key = group(rows, "dataset", "split", "model")
-    table_rows = []
+    table_rows, verdicts = [], []
     for dataset in names.order_datasets({r.dataset for r in rows}):
         models = names.order_models({r.model for r in rows if r.dataset == dataset})
         for metric in SIDE_BY_SIDE_METRICS:
@@ -156,6 +192,7 @@ def kendall_table(results: ResultSet) -> Table | None:
             tau = pvalue = math.nan
             if len(shared) >= 2:
                 tau, pvalue = stats.kendalltau([means[first][m] for m in shared], [means[second][m] for m in shared])
+            verdicts.append(f"{names.dataset_name(dataset)}, {metric}: {tau_verdict(tau, pvalue, len(shared))}.")
             table_rows.append([label(names.dataset_name(dataset)), label(metric),
                                Cell(text=str(len(shared)), value=float(len(shared))),
                                Cell() if math.isnan(tau) else Cell(text=f"{tau:+.3f}", value=float(tau)),
@@ -166,7 +203,8 @@ def kendall_table(results: ResultSet) -> Table | None:
                  table_rows, notes=[*smoke_notes, _split_note([first, second], rows),
                                     "Kendall's τ-b between the two orderings of the models with a result under both "
                                     "splits (means over seeds): +1 the same order, −1 reversed; p: scipy's two-sided "
-                                    "test of τ = 0 (exact for few models without ties). –: fewer than two models."])
+                                    "test of τ = 0 (exact for few models without ties). –: fewer than two models.",
+                                    *verdicts])
 
 
 def beyond_accuracy_table(results: ResultSet) -> Table | None:

@@ -1013,6 +1013,11 @@ def test_the_models_side_by_side_and_kendalls_tau_by_hand(tmp_path):
     assert header == ["Dataset", "Metric", "Models", "Kendall's τ", "p"]
     # Exact p of four models without ties: permutations with at most 2 inversions (1 + 3 + 5 of 24), both sides.
     assert body == [["ML-1m", "HR@10", "4", "+1.000", f"{2 / 24:.3f}"], ["ML-1m", "NDCG@10", "4", "+0.333", "0.750"]]
+    kendall = (tmp_path / "tables" / "splits_kendall.md").read_text()  # the verdicts in words (issue 70)
+    assert "ML-1m, HR@10: both splits rank the models in the same order." in kendall
+    assert ("ML-1m, NDCG@10: no evidence either way: the orderings are as alike as chance would make them (τ = +0.33, "
+            "p = 0.750, 4 models); more models or more users would tell.") in kendall
+    assert "only 120 users" not in kendall  # 120 users: steps of 0.008, fine enough
     assert "## Under both splits: order and popularity" in report and "has no rows here" not in report
     # Table 2 under full ranking shows leave-one-out alone, never a mean of both splits' rows.
     _, table2 = table2_cells(tmp_path, "full")
@@ -1172,3 +1177,17 @@ def test_the_report_sets_the_lists_table_beneath_table_2(tmp_path):
     table2 = next(i for i, line in enumerate(headings) if "Table 2:" in line)
     assert "What the top 10 lists show" in headings[table2 + 1]
     assert "Coverage@10" not in report.split(headings[table2])[1].split(headings[table2 + 1])[0]
+
+
+def test_a_split_with_few_users_says_its_metrics_move_in_coarse_steps_and_tau_has_a_verdict_in_words():
+    """Issue 70: the temporal split of ML-100k evaluated 82 users, of ML-latest-small 21, and said nothing of it."""
+    from recbench.reports.splits import coarse_steps, tau_verdict
+
+    assert coarse_steps("ml-1m", "temporal", 82) == (
+        "ML-1m, global temporal split: only 82 users evaluated, so a hit rate moves in steps of 1/82 = 0.012; a "
+        "difference of a step or two is one or two users' hits, not a finding.")
+    assert coarse_steps("ml-100k", "temporal", 100) is None
+    assert tau_verdict(0.9, 0.001, 6) == "the orderings agree beyond chance (τ = +0.90, p = 0.001, 6 models)"
+    assert tau_verdict(-0.9, 0.001, 6).startswith("the orderings disagree beyond chance")
+    assert tau_verdict(-1.0, 0.08, 4) == "the second split reverses the first split's order"
+    assert tau_verdict(1.0, 1.0, 2).startswith("2 model(s) with a result under both splits: too few")

@@ -412,3 +412,20 @@ def test_studies_and_tuning_plan_on_the_temporal_split(command, tmp_path, capsys
     assert code == 0
     if command == "studies":
         assert "split: temporal, cut times" in capsys.readouterr().out
+
+
+def test_the_console_table_of_a_temporal_split_states_its_users_and_warns_when_they_are_few():
+    """Issue 70: the temporal split of ML-100k tested 82 users, and its console table did not say so."""
+    from recbench.reports.console import main_tables
+
+    def row(model, users):
+        return {"dataset": "ml-100k", "protocol": "full", "study": "main", "model": model, "seed": 0,
+                "split_scheme": "temporal", "users_evaluated": users, "metrics": {"HR@10": 0.1, "NDCG@10": 0.05}}
+
+    text = main_tables([row("pop", 82), row("bprmf", 82)])
+    assert "(1 seed, test split, temporal split, 82 users evaluated)" in text
+    assert ("> ml-100k, global temporal split: only 82 users evaluated, so a hit rate moves in steps of 1/82 = 0.012"
+            in text)
+    assert "users evaluated" not in main_tables([{**row("pop", 82), "split_scheme": "leave-one-out"}])
+    assert "only 400 users" not in main_tables([row("pop", 400)]) and "400 users evaluated" in main_tables(
+        [row("pop", 400)])
