@@ -226,11 +226,19 @@ def rank_histogram(pmf_or_counts, n: int) -> np.ndarray:
     return histogram / max(len(greater), 1)
 
 
+def _within(histogram: np.ndarray, pool: int) -> np.ndarray:
+    """The histogram of sampled ranks cut to the ranks a pool of ``pool`` candidates allows (n ≥ pool draws them
+    all, and the sampled rank is the full one), anything beyond counted at the last."""
+    if len(histogram) <= pool + 1:
+        return histogram
+    return np.r_[histogram[:pool], histogram[pool:].sum()]
+
+
 def corrected_bv(histogram: np.ndarray, pool: int, metrics, gamma: float = BV_GAMMA) -> dict[str, float]:
     """Krichene & Rendle's BV(γ) estimate of each full-ranking metric from a histogram of sampled ranks
     (:func:`rank_histogram`): the mean of the corrected metric f̃ (module docstring) over the sampled ranks."""
-    n = len(histogram) - 1
-    a = sampled_rank_matrix(pool, n)
+    histogram = _within(histogram, pool)
+    a = sampled_rank_matrix(pool, len(histogram) - 1)
     system = (1 - gamma) * a.T @ a + gamma * np.diag(a.sum(0))
     full = rank_values(tuple(metrics), pool)
     return {name: float(histogram @ np.linalg.solve(system, a.T @ full[name])) for name in full}
@@ -239,8 +247,8 @@ def corrected_bv(histogram: np.ndarray, pool: int, metrics, gamma: float = BV_GA
 def corrected_mle(histogram: np.ndarray, pool: int, metrics, iterations: int = 500) -> dict[str, float]:
     """Krichene & Rendle's MLE estimate: the distribution of full ranks that makes the observed sampled ranks most
     likely (expectation maximisation from the uniform one), and each metric's mean over it."""
-    n = len(histogram) - 1
-    a = sampled_rank_matrix(pool, n)
+    histogram = _within(histogram, pool)
+    a = sampled_rank_matrix(pool, len(histogram) - 1)
     p = np.full(pool + 1, 1.0 / (pool + 1))
     for _ in range(iterations):
         likely = p @ a  # P(sampled rank r) under p

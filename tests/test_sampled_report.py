@@ -143,3 +143,16 @@ def test_no_candidates_means_no_expected_values_and_a_note(tmp_path):
     assert "## Sampled against full" not in report
     assert "predate the stored candidate counts" in report
     assert not comparisons(load_results(tmp_path))[0].tests  # not judged until tested
+
+
+def test_an_expected_value_by_hand(tmp_path):
+    """Every user: one of 20 candidates above the target. Ten uniform negatives miss it with probability
+    C(19, 10)/C(20, 10) = 1/2, so the target ranks first or second, each half the time: NDCG@10 = 1/2 + 1/2 ·
+    1/log2(3). Fifty negatives draw all 20: the full value, 1/log2(3)."""
+    users = np.arange(30)
+    counts = RankCounts(users, np.ones(30, dtype=np.int64), np.zeros(30, dtype=np.int64), np.full(30, 20))
+    write_results(tmp_path, [ranking_row(tmp_path, "ml-1m", "sasrec", 0, "full", counts=counts)])
+    generate_report(tmp_path)
+    header, line = table_lines(tmp_path, "sampled_expected")[:2]
+    assert float(line[header.index("E[N=10]")]) == pytest.approx(0.5 + 0.5 / np.log2(3), abs=5e-5)
+    assert float(line[header.index("E[N=50]")]) == pytest.approx(1 / np.log2(3), abs=5e-5)
