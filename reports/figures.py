@@ -63,7 +63,7 @@ def house_style():
 # Fixed colours: the two models the paper contrasts get the strongest hues, their variants the light shades.
 MODEL_COLOURS = {
     "bert4rec": "#d62728", "bert4rec-1mask": "#ff9896", "bert4rec-1mask-random": "#e7969c", "sasrec": "#1f77b4",
-    "sasrec-ce": "#9ecae1",
+    "sasrec-ce": "#9ecae1", "gsasrec": "#17becf", "sasrec-ss": "#aec7e8",
     "gru4rec": "#2ca02c", "gru4rec+": "#98df8a", "caser": "#9467bd", "fpmc": "#ff7f0e", "bprmf": "#8c564b",
     "ncf": "#e377c2", "pop": "#7f7f7f", "lstm": "#bcbd22", "lstm-rel": "#dbdb8d", "bert4rec-rel": "#ad494a",
 }

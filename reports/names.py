@@ -22,6 +22,8 @@ MODELS = {
     "caser": "Caser",
     "sasrec": "SASRec",
     "sasrec-ce": "SASRec-CE",
+    "gsasrec": "gSASRec",
+    "sasrec-ss": "SASRec-SS",
     "lstm": "LSTM",
     "lstm-rel": "LSTM (relevance)",
     "bert4rec-1mask": "BERT4Rec (1 mask, last)",

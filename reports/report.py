@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from recbench.benchmarks.store import ResultStore, implausible, read_tuning_studies, write_atomic
-from recbench.reports import claims, figures, names, sampled, splits, tables, tuning
+from recbench.reports import claims, figures, losses, names, sampled, splits, tables, time_to_quality, tuning
 from recbench.reports.published import PUBLISHED_PROTOCOL, load_published
 from recbench.reports.render import Table, latex_document, to_markdown, write_table
 from recbench.reports.results import CONVERGE_ADVICE, SMOKE_LABEL, ResultSet, load_results
@@ -55,6 +55,8 @@ def _build_tables(results: ResultSet, protocols: list[str], alpha: float,
         if not any(found):
             notes.append(f"{what} skipped: no matching rows.")
     built += tuning.tuning_tables(results, protocols, per_user, alpha)
+    built += [losses.loss_table(results, p, per_user, alpha) for p in protocols]
+    built.append(time_to_quality.time_to_quality_table(results))  # every trained folder, any study
     notes += _problems(per_user)
     return [t for t in built if t is not None], notes
 
@@ -293,6 +295,7 @@ def generate_report(results_dir: Path, protocols: list[str] | None = None, user:
         outcomes = [figures.sensitivity_figures(paper, figure_dir), figures.curve_figures(paper, figure_dir),
                     figures.ablation_curve_figures(paper, figure_dir),
                     figures.quality_time_figures(paper, figure_dir),
+                    losses.loss_figures(paper, figure_dir),
                     figures.attention_figures(paper, figure_dir, user=user),
                     figures.bar_figures(paper, figure_dir, present),
                     figures.tuning_figures(read_tuning_studies(results_dir), figure_dir)]

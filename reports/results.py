@@ -17,7 +17,8 @@ from pathlib import Path
 from recbench.benchmarks.store import LEAVE_ONE_OUT, TUNING_STUDY, split_scheme
 
 SCHEMA_VERSION = 1
-STUDIES = ("main", "ablation", "sensitivity", "cloze", TUNING_STUDY)  # tuning: the final runs of benchmarks.tune
+# tuning: the final runs of benchmarks.tune; losses: python -m benchmarks.studies losses
+STUDIES = ("main", "ablation", "sensitivity", "cloze", "losses", TUNING_STUDY)
 TASKS = ("next-item", "relevance")
 SMOKE = "smoke"  # the profile whose results only check an installation
 SMOKE_LABEL = "smoke profile: installation check, not the paper's settings"
