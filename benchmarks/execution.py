@@ -77,9 +77,10 @@ def shared_cores_warning(threads: int, n_jobs: int, cores: int, busy: float) -> 
             f"when the other work ends")
 
 
-# results/reference/compile-speed-cpu.json: the compiled step with the plain attention kernel, eager's recomputed.
-COMPILE_ON_CPU = ("note: --compile on the CPU trained ML-1m's BERT4Rec at 0.44x and SASRec-CE at 0.76x the eager "
-                  "speed (README, --compile); leave it out on a CPU")
+# The rule, not the figure: the measurement is the result file's (the compiled step with the plain attention kernel
+# against eager's recomputed one).
+COMPILE_ON_CPU = ("note: --compile on the CPU trained the attention models slower than eager, as measured in "
+                  "results/reference/compile-speed-cpu.json; leave it out on a CPU")
 
 
 class Executor:

@@ -494,6 +494,8 @@ def test_compile_on_the_cpu_says_once_that_it_trains_slower(tmp_path, capsys, mo
     assert code == 0 and (out + err).count(execution.COMPILE_ON_CPU) == 1
     code, out, err = run(["--models", "bprmf", *TINY], tmp_path / "eager", capsys)
     assert code == 0 and execution.COMPILE_ON_CPU not in out + err
+    named = re.search(r"results/reference/[\w.-]+\.json", execution.COMPILE_ON_CPU).group()
+    assert (Path(execution.__file__).resolve().parents[1] / named).is_file()  # the note names its measurement
 
 
 def test_busy_cores_reads_the_processors_idle_time():
