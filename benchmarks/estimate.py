@@ -32,6 +32,7 @@ import torch
 from recbench.benchmarks.checkpoint import TrainState
 from recbench.benchmarks.device import fused_adam, resolve_device
 from recbench.benchmarks.precision import trains_in_bf16
+from recbench.benchmarks.provenance import PeakMemory
 from recbench.models import model_class
 from recbench.models.base import NeuralRecommender
 
@@ -53,6 +54,9 @@ class Estimate:
     budget: float | None = None  # the job's time budget, when it caps the estimate
     expected: float | None = None  # seconds up to where a converged reference run stopped (early-stopped jobs)
     expected_from: str = ""  # that run, in words
+    memory_mb: float | None = None  # peak memory while its steps were timed: RAM (this process's) or GPU memory
+    memory_kind: str = "RAM"  # "RAM" on the CPU, "GPU memory" on CUDA
+    memory_limit_mb: float | None = None  # what the machine has of that kind
 
     @property
     def likely(self) -> float | None:
@@ -80,6 +84,10 @@ class Estimate:
         return replace(self, seconds=steps * self.per_step, steps=steps, expected=expected)
 
     def describe(self) -> str:
+        memory = f"; peak {self.memory_kind} ≈ {size(self.memory_mb)}" if self.memory_mb is not None else ""
+        return self._time() + memory
+
+    def _time(self) -> str:
         if self.seconds is None:
             return "no training"
         steps = f"{self.steps:,} steps × {self.per_step:.3g} s"
@@ -99,6 +107,41 @@ def duration(seconds: float) -> str:
         if seconds >= 2 * size if unit == "days" else seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+def size(mb: float) -> str:
+    """``850 MiB`` or ``2.4 GiB``."""
+    return f"{mb:.0f} MiB" if mb < 1024 else f"{mb / 1024:.1f} GiB"
+
+
+def machine_memory_mb(device: torch.device) -> float | None:
+    """The memory of ``device``: the GPU's, or this machine's RAM (None where the system does not say)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory / 2**20
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return None
+
+
+def memory_lines(estimates: dict, n_jobs: int = 1) -> list[str]:
+    """The peak memory the timed steps took, the largest job's and ``n_jobs`` such jobs' at once, against what
+    the machine has; a warning where that is more."""
+    measured = [estimate for estimate in estimates.values() if estimate.memory_mb is not None]
+    if not measured:
+        return []
+    largest = max(measured, key=lambda estimate: estimate.memory_mb)
+    kind, limit = largest.memory_kind, largest.memory_limit_mb
+    need = sum(sorted((estimate.memory_mb for estimate in measured), reverse=True)[:max(1, n_jobs)])
+    at_once_text = f", ≈ {size(need)} for {n_jobs} jobs at once" if n_jobs > 1 else ""
+    of = f", of the {size(limit)} this machine has" if limit else ""
+    lines = [f"estimated peak {kind} while training: ≈ {size(largest.memory_mb)} for the largest job{at_once_text}"
+             f"{of} (measured over its timed steps, this process's data included; validation and test passes "
+             f"not included)"]
+    if limit and need > limit:
+        lines.append(f"warning: that is more {kind} than this machine has: run fewer jobs at once (--jobs) or "
+                     f"smaller settings (batch_size, max_len), or expect swapping or an out-of-memory failure")
+    return lines
 
 
 def at_once(seconds: list[float], n_jobs: int) -> float:
@@ -240,11 +283,16 @@ def training_example_count(job, data) -> int:
     return len(next(iter(examples.values())))
 
 
-def _measure(job, data, device: torch.device) -> tuple[float, int]:
-    """(seconds per step, training examples) of one planned job's model on its data, in its precision."""
+def _measure(job, data, device: torch.device) -> tuple[float, int, float]:
+    """(seconds per step, training examples, peak memory in MiB) of one planned job's model on its data, in its
+    precision: the memory is the process's peak RSS on the CPU (reset before, where Linux allows), the CUDA
+    allocator's peak on a GPU (:class:`benchmarks.provenance.PeakMemory`, as rows record it)."""
+    memory = PeakMemory(device)
+    memory.reset()
     model, examples = _training_examples(job, data, device)
-    return (seconds_per_step(model, examples, job.config.train.batch_size,
-                             bf16=trains_in_bf16(job.config.train, device)), len(next(iter(examples.values()))))
+    per_step = seconds_per_step(model, examples, job.config.train.batch_size,
+                                bf16=trains_in_bf16(job.config.train, device))
+    return per_step, len(next(iter(examples.values()))), memory.peak_mb()
 
 
 def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: int | None = None,
@@ -260,7 +308,7 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
     previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // max(1, n_jobs)))
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)  # as the worker trains
-    measured, estimates = {}, {}
+    measured, estimates, limit = {}, {}, machine_memory_mb(device)
     try:
         for job in planned:
             if not issubclass(model_class(job.job.model), NeuralRecommender):
@@ -272,7 +320,7 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
                 log(f"  timing {job.job.model} on {job.job.dataset} ({len(measured) + 1})")
                 torch.manual_seed(0)
                 measured[signature] = _measure(job, datasets[job.job.dataset], device)
-            per_step, n_examples = measured[signature]
+            per_step, n_examples, peak_mb = measured[signature]
             steps, exact = planned_steps(job.config.train, n_examples)
             seconds, budget = steps * per_step, job.config.train.time_budget_s
             capped = budget is not None and budget < seconds
@@ -280,7 +328,8 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
             expected = (min(steps, stop[0] * math.ceil(n_examples / job.config.train.batch_size)) * per_step
                         if stop and not exact and not capped else None)
             estimates[job.key] = Estimate(budget if capped else seconds, steps, per_step, exact,
-                                          budget if capped else None, expected, stop[1] if expected else "")
+                                          budget if capped else None, expected, stop[1] if expected else "",
+                                          peak_mb, "GPU memory" if device.type == "cuda" else "RAM", limit)
     finally:
         torch.set_num_threads(previous_threads)
         torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])

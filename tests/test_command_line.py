@@ -129,3 +129,33 @@ def test_a_second_run_into_a_folder_another_run_is_filling_is_refused_naming_it_
     assert store.others_filling() == [] and run_all.main(argv) == 0  # its lock gone with it
     (tmp_path / "out" / "running" / "host-1.lock").write_text("pid 1: killed before it could remove this")
     assert store.others_filling() == [] and not (tmp_path / "out" / "running" / "host-1.lock").exists()
+
+
+def test_the_estimate_gives_the_peak_memory_beside_the_time_and_warns_when_the_machine_has_less(
+        tmp_path, capsys, monkeypatch):
+    """Issue 70: a memory estimate beside the time estimate (RAM on the CPU, GPU memory on CUDA), from the steps."""
+    from recbench.benchmarks import estimate
+
+    argv = ["--dry-run", "--estimate", "--models", "pop", "bprmf", "--output", str(tmp_path), "--threads", "1"]
+    assert run_all.main(argv) == 0
+    out = capsys.readouterr().out
+    (job,) = [line for line in out.splitlines() if "estimated training:" in line and "no training" not in line]
+    peak = float(re.search(r"; peak RAM ≈ (\d+) MiB$", job).group(1))
+    assert 50 < peak < 8192  # this process with torch and the data: hundreds of MiB
+    assert f"estimated peak RAM while training: ≈ {peak:.0f} MiB for the largest job, of the " in out
+    assert "warning: that is more RAM" not in out
+    monkeypatch.setattr(estimate, "machine_memory_mb", lambda device: 10.0)
+    assert run_all.main(argv) == 0
+    assert ("warning: that is more RAM than this machine has: run fewer jobs at once (--jobs) or smaller settings "
+            "(batch_size, max_len), or expect swapping or an out-of-memory failure") in capsys.readouterr().out
+
+
+def test_jobs_at_once_add_their_peaks():
+    from recbench.benchmarks.estimate import Estimate, memory_lines
+
+    estimates = {key: Estimate(10.0, memory_mb=mb, memory_kind="GPU memory", memory_limit_mb=2048.0)
+                 for key, mb in (("a", 900.0), ("b", 1200.0), ("c", 100.0))}
+    assert memory_lines(estimates, 1)[0].startswith("estimated peak GPU memory while training: ≈ 1.2 GiB for the "
+                                                    "largest job, of the 2.0 GiB this machine has")
+    two = memory_lines(estimates, 2)
+    assert ", ≈ 2.1 GiB for 2 jobs at once" in two[0] and two[1].startswith("warning: that is more GPU memory")

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Callable
 
 from recbench.benchmarks.device import resolve_device
-from recbench.benchmarks.estimate import estimate_jobs, finished_stops, reference_stops, total_lines
+from recbench.benchmarks.estimate import (
+    estimate_jobs,
+    finished_stops,
+    memory_lines,
+    reference_stops,
+    total_lines,
+)
 from recbench.benchmarks.grid import interrupted, progress_text, run_jobs
 from recbench.benchmarks.jobs import GridInterrupted
 from recbench.benchmarks.options import RunOptions, cpu_threads
@@ -174,7 +180,7 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
                 print_plan(planned, store, options.resume, states, twins, estimates, args.jobs)
                 return 0
             if estimates:
-                print(*total_lines(estimates, args.jobs), sep="\n")
+                print(*total_lines(estimates, args.jobs), *memory_lines(estimates, args.jobs), sep="\n")
         store = ResultStore(options.output)
         others = store.others_filling()
         if others and not options.resume:
@@ -283,7 +289,7 @@ def print_plan(planned: list, store: ResultStore, resume: bool, states: dict, tw
             left = " left" if resume and job.key in states else ""
             print(f"    estimated training{left}: {estimates[job.key].describe()}")
     if estimates is not None:
-        print(*total_lines(estimates, n_jobs), sep="\n")
+        print(*total_lines(estimates, n_jobs), *memory_lines(estimates, n_jobs), sep="\n")
     print(f"{len(planned)} job(s); nothing was run (--dry-run)")
 
 
