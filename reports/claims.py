@@ -1,12 +1,12 @@
 """The report's section "Claims": for every comparison the tables make, whether the runs resolve it.
 
 The comparisons: in the main grid, each model against its neighbour in the order of Table 2 and BERT4Rec against
-every other model; in any other study, each variant against the row labelled ``default`` of its model and dataset
-(Table 5's ablation). Each is tested on NDCG@10 under every protocol both sides have (full, pop100, uni100 and, from
-the full ranks, the expected uni100 value E[uni100] without a draw's noise), for every seed they share and over
-the seeds averaged, under each split: a paired t-test and a Wilcoxon signed-rank test over users, both
-Holm-corrected over all the section's tests (``reports.stats``). A cell is significant where both adjusted p-values
-are below α.
+every other model; in any other study, each row against its reference row: the row labelled ``default`` of its model
+and dataset (Table 5's ablation), in the losses study the full softmax's row. Each is tested on NDCG@10 under every
+protocol both sides have (full, pop100, uni100 and, from the full ranks, the expected uni100 value E[uni100] without
+a draw's noise), for every seed they share and over the seeds averaged, under each split: a paired t-test and a
+Wilcoxon signed-rank test over users, both Holm-corrected over all the section's tests (``reports.stats``). A cell
+is significant where both adjusted p-values are below α.
 
 Each protocol then holds the comparison one way (every cell significant with one sign), or does not resolve it.
 The label: **robust** where every protocol holds it the same way; **protocol-dependent** where some protocol holds
@@ -24,6 +24,7 @@ import numpy as np
 
 from recbench.benchmarks.store import LEAVE_ONE_OUT
 from recbench.reports import figures, names
+from recbench.reports.losses import REFERENCE_MODEL as LOSS_REFERENCE_MODEL
 from recbench.reports.render import Cell, Table
 from recbench.reports.results import ResultSet, Row
 from recbench.reports.sampled import CORRECTED_AT, Expectations, Section, configuration, render, row_label
@@ -124,12 +125,22 @@ def comparisons(results: ResultSet) -> list[Comparison]:
                 add("BERT4Rec against each model", bert, key)
         studies = sorted({key[1] for key in configs if key[0] == dataset and key[1] != "main"})
         for study in studies:
-            for key in sorted((k for k in configs if k[:2] == (dataset, study)), key=str):
-                default = next((k for k in configs if k[:3] == key[:3] and k[3] is not None
-                                and names.canonical_variant(k[3]) == "default"), None)
-                if default is not None and key != default:
-                    add(f"{study} variant against its default", key, default)
+            keys = sorted((k for k in configs if k[:2] == (dataset, study)), key=str)
+            for key in keys:
+                reference = _reference(key, keys)
+                if reference is not None and key != reference:
+                    add(f"{study} row against its reference row", key, reference)
     return list(found.values())
+
+
+def _reference(key: tuple, keys: list[tuple]) -> tuple | None:
+    """The row a study's row is held against: its model's row labelled ``default`` (Table 5's ablation), else in
+    the losses study the full softmax's row (``reports.losses.REFERENCE_MODEL``); None where the study has none."""
+    default = next((k for k in keys if k[2] == key[2] and k[3] is not None
+                    and names.canonical_variant(k[3]) == "default"), None)
+    if default is None and key[1] == "losses":
+        default = next((k for k in keys if k[2] == LOSS_REFERENCE_MODEL), None)
+    return default
 
 
 def _any(rows: dict) -> Row:

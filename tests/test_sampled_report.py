@@ -96,6 +96,7 @@ def test_claims_label_each_comparison(folder):
     assert labels["BERT4Rec L=3 vs BERT4Rec default"] == "not resolved"
     assert labels["BERT4Rec w/o RC vs BERT4Rec default"] == "collapsed run: BERT4Rec w/o RC"
     kinds = {r[2]: r[3] for r in rows}
+    assert kinds["BERT4Rec L=3 vs BERT4Rec default"] == "ablation row against its reference row"
     assert "neighbours in Table 2" in kinds["BERT4Rec vs SASRec"] and "BERT4Rec against each model" in \
         kinds["BERT4Rec vs SASRec"]
     assert header[4:-1] == ["full", "uni100", "E[uni100]"]
@@ -156,3 +157,16 @@ def test_an_expected_value_by_hand(tmp_path):
     header, line = table_lines(tmp_path, "sampled_expected")[:2]
     assert float(line[header.index("E[N=10]")]) == pytest.approx(0.5 + 0.5 / np.log2(3), abs=5e-5)
     assert float(line[header.index("E[N=50]")]) == pytest.approx(1 / np.log2(3), abs=5e-5)
+
+
+def test_the_losses_study_is_held_against_the_full_softmax(tmp_path):
+    rows = [ranking_row(tmp_path, "ml-1m", model, 0, "full", study="losses", variant=variant,
+                        counts=with_pool(counts_for("ml-1m", source, 0, "full"), "full"))
+            for model, variant, source in (("sasrec-ce", "full softmax (SASRec-CE)", "bert4rec"),
+                                           ("sasrec", "BCE, 1 negative (SASRec)", "sasrec"),
+                                           ("gsasrec", "gBCE, 256 negatives, t = 0.75 (gSASRec)", "bert4rec"))]
+    write_results(tmp_path, rows)
+    found = comparisons(load_results(tmp_path))
+    assert sorted((c.first_label, c.second_label) for c in found) == [
+        ("SASRec BCE, 1 negative (SASRec)", "SASRec-CE full softmax (SASRec-CE)"),
+        ("gSASRec gBCE, 256 negatives, t = 0.75 (gSASRec)", "SASRec-CE full softmax (SASRec-CE)")]
