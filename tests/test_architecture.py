@@ -29,9 +29,9 @@ ALLOWED = {
 # ARCHITECTURE.md's diagram from the bottom up, one layer a folder (the harness core is benchmarks/ without its
 # subfolders); the layers of one entry stand side by side and import nothing of each other.
 DIAGRAM = [("datasets",), ("models",), ("core",), ("tuning", "reports"), ("commands",), ("lab",)]
-# What reports may take from the harness: the metrics from rank counts, and the store's files (read and written
-# atomically, and the names of the tuning results).
-REPORTS_MAY_IMPORT = {"recbench.benchmarks.metrics", "recbench.benchmarks.store"}
+# What reports may take from the harness: the metrics from rank counts (and the sampled metrics they determine), and
+# the store's files (read and written atomically, and the names of the tuning results).
+REPORTS_MAY_IMPORT = {"recbench.benchmarks.metrics", "recbench.benchmarks.sampled_metrics", "recbench.benchmarks.store"}
 MAX_LINES, MAX_PARAMETERS = 60, 8
 # The check for Optuna's private API: a private module or name, its storage or a trial's id.
 OPTUNA_PRIVATE = re.compile(r"optuna\.(_|[a-z_]+\._)|\._storage\b|\._trial_id\b")
