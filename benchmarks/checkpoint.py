@@ -34,6 +34,7 @@ class TrainState:
     history: list = field(default_factory=list)  # one record per epoch: loss, seconds, validation metrics
     stopped_by: str | None = None  # why training ended: "max epochs", "max steps", "time budget", ...
     best_weights: dict | None = None
+    threads: int | None = None  # the torch CPU threads that trained it (None on a GPU): a resume keeps the count
 
 
 def global_generators(device: torch.device) -> dict:
@@ -69,6 +70,7 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
                     generator: torch.Generator, state: TrainState) -> None:
     """Write the run's checkpoint to ``path``, atomically (a run killed while writing keeps the previous one)."""
     buffer = io.BytesIO()
+    state.threads = torch.get_num_threads() if model.device.type == "cpu" else None
     torch.save({"version": CHECKPOINT_VERSION, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "schedule": schedule.state_dict(), "generator": generator.get_state(),
                 "generator_device": generator.device.type, "global_generators": global_generators(model.device),

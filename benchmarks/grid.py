@@ -145,6 +145,8 @@ def _pending(planned: list[PlannedJob], store: ResultStore, resume: bool, result
             pending.append(job)
     if not resume:
         _refuse_to_discard(pending, store)
+    elif store.threads is not None:
+        _refuse_other_threads(pending, store)
     if resume and pending:
         names = {job.run_id for job in pending}
         older = {row["run_id"] for row in rows
@@ -186,6 +188,20 @@ def _refuse_to_discard(pending: list[PlannedJob], store: ResultStore) -> None:
              f"without --resume would discard; rerun with --resume (resume=True from Python) to continue them, "
              f"or delete their checkpoint files to train them afresh:"]
             + [f"{job.run_id}: {progress_text(job, states[job.key])} ({job.file_stem}.pt)" for job in jobs]))
+
+
+def _refuse_other_threads(pending: list[PlannedJob], store: ResultStore) -> None:
+    """A resume on another CPU thread count than an interrupted job's checkpoint was trained with would go on with
+    other arithmetic under the same key: refused before anything runs, naming the count that continues it."""
+    states = {key: state for key, state in interrupted(pending, store).items()
+              if state.threads not in (None, store.threads)}
+    if states:
+        jobs = [job for job in pending if job.key in states]
+        raise GridError("\n".join(
+            [f"{len(jobs)} interrupted job(s) were trained on another CPU thread count than this run's "
+             f"{store.threads}, with which a seed's figures differ: rerun with --threads "
+             f"{states[jobs[0].key].threads} to continue them, or delete their checkpoint files to train them afresh:"]
+            + [f"{job.run_id}: {states[job.key].threads} thread(s) ({job.file_stem}.pt)" for job in jobs]))
 
 
 def _invocation(options: RunOptions) -> dict:

@@ -100,6 +100,24 @@ def test_a_resume_on_another_thread_count_trains_again_and_says_so(tmp_path, cap
         torch.set_num_threads(before)
 
 
+def test_a_checkpoint_is_resumed_only_on_the_thread_count_that_trained_it(tmp_path, capsys, monkeypatch):
+    """Issue 70: a resume on another thread count would go on with other arithmetic under the same key."""
+    before = torch.get_num_threads()
+    try:
+        interrupt_training_at_validation(monkeypatch, 2)
+        argv = ["--models", "sasrec", *TINY, "--set", "sasrec:max_epochs=3"]
+        assert run([*argv, "--threads", "1"], tmp_path, capsys)[0] == 1  # stopped after epoch 1, its checkpoint kept
+        monkeypatch.undo()
+        code, _, err = run([*argv, "--threads", "2", "--resume"], tmp_path, capsys)
+        assert code == 2 and ("error: 1 interrupted job(s) were trained on another CPU thread count than this run's "
+                              "2, with which a seed's figures differ: rerun with --threads 1 to continue them") in err
+        assert "synthetic/sasrec/seed0: 1 thread(s)" in err
+        assert run([*argv, "--threads", "1", "--resume"], tmp_path, capsys)[0] == 0
+        assert {row["resumed_from_epoch"] for row in rows(tmp_path)} == {1}
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_checkpoint_is_resumed_only_by_its_own_settings(tmp_path, capsys, monkeypatch):
     """A run interrupted during training and resumed with another learning rate must start afresh."""
     interrupt_training_at_validation(monkeypatch, 2)
