@@ -204,7 +204,7 @@ class Evaluator:
             tiled = self.tiled and negatives is None and model.device.type == "cpu"
             batches = history_batches(model, view, scored, batch_size)
             greater, ties = ((tiled and tiled_counts(model, batches, view, scored, self.split.n_items + 1, bar, label,
-                                                     full.lists, full.excluded))
+                                                     full))
                              or self._chunk_counts(model, model_name, view, scored, negatives, batch_size, bar, full))
         in_order = np.empty_like(order)
         in_order[order] = np.arange(len(order))

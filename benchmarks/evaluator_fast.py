@@ -289,12 +289,13 @@ def list_entries(scores: torch.Tensor, excluded_rows: torch.Tensor, excluded_ite
     return tuple(torch.cat(parts).cpu().numpy() for parts in zip(*found))
 
 
-def tiled_counts(model, batches, view, rows: np.ndarray, n_slots: int, bar, label: str, lists, excluded):
+def tiled_counts(model, batches, view, rows: np.ndarray, n_slots: int, bar, label: str, full):
     """Full-ranking (greater, ties) of the ``rows`` of ``view`` for a product-score model through
-    :class:`TiledRanking` (``lists``, when given, also receives their top lists; ``excluded``: the items no user may
-    get), or None when the model's scores are not a product (``score_factors`` returns None) or the tiled counts
-    would not be exact (the caller then ranks the full score matrix). The queries come in the general path's chunks
-    (``batches``: ``benchmarks.evaluator.history_batches`` of ``rows``)."""
+    :class:`TiledRanking` (``full``: the pass's ``excluded`` items, which no user may get, and its ``lists``, which,
+    when given, also receive the users' top lists: ``benchmarks.evaluator.FullPass``), or None when the model's
+    scores are not a product (``score_factors`` returns None) or the tiled counts would not be exact (the caller then
+    ranks the full score matrix). The queries come in the general path's chunks (``batches``:
+    ``benchmarks.evaluator.history_batches`` of ``rows``)."""
     if not len(rows):
         return None
     queries, factors = [], None
@@ -314,4 +315,4 @@ def tiled_counts(model, batches, view, rows: np.ndarray, n_slots: int, bar, labe
     shown = not bar.disable
     bar.close()  # the ranking is a second pass over the users, with a bar (and a delay) of its own
     with progress_bar(len(rows), f"{label} (ranking)", shown, unit=" users", unit_scale=True) as ranking_bar:
-        return ranking.counts(view, rows, ranking_bar, lists, excluded)
+        return ranking.counts(view, rows, ranking_bar, full.lists, full.excluded)
