@@ -1191,3 +1191,29 @@ def test_a_split_with_few_users_says_its_metrics_move_in_coarse_steps_and_tau_ha
     assert tau_verdict(-0.9, 0.001, 6).startswith("the orderings disagree beyond chance")
     assert tau_verdict(-1.0, 0.08, 4) == "the second split reverses the first split's order"
     assert tau_verdict(1.0, 1.0, 2).startswith("2 model(s) with a result under both splits: too few")
+
+
+@pytest.mark.parametrize("hours, devices", [(25.0, ("cpu (1 thread)",)), (0.5, ("cpu (1 thread)",)),
+                                            (30.0, ("cpu (1 thread)", "cuda (NVIDIA H200)"))])
+def test_the_curve_figures_time_axis_labels_do_not_collide(hours, devices, tmp_path, drawn):
+    """Issue 70: the curve figure's time-axis labels overlapped (five-digit seconds of hours-long runs)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from recbench.reports import figures
+
+    rows = []
+    for number, device in enumerate(devices):
+        row = ranking_row(tmp_path, "ml-1m", ("sasrec", "bert4rec")[number], 0, protocol="full", with_per_user=False,
+                          device=device)
+        top = hours * 3600 / (1 + 40 * number)  # a GPU row: minutes where the CPU took hours
+        rows.append({**row, "curve": [{**entry, "seconds": top * entry["epoch"] / len(row["curve"])}
+                                      for entry in row["curve"]]})
+    figures.curve_figures(load_results(write_results(tmp_path, rows)), tmp_path)
+    fig = drawn["curves_ml-1m"]
+    FigureCanvasAgg(fig).draw()
+    axis, renderer = fig.axes[1], fig.canvas.get_renderer()
+    low, high = axis.get_xlim()
+    shown = sorted((text.get_window_extent(renderer) for text in axis.get_xticklabels()
+                    + axis.get_xticklabels(minor=True) if text.get_text() and low <= text.get_position()[0] <= high),
+                   key=lambda box: box.x0)
+    assert len(shown) >= 2 and all(left.x1 < right.x0 for left, right in zip(shown, shown[1:]))
