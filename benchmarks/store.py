@@ -281,8 +281,16 @@ class ResultStore:
         named by its pid, holding ``description`` (:func:`claimed`: the kernel frees it however the process ends),
         which :meth:`others_filling` reads."""
         name = f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}.lock"  # one per run, even in one process
-        with claimed(self.folder / "running" / name, description):
-            yield
+        new_folder = not self.folder.exists()
+        try:
+            with claimed(self.folder / "running" / name, description):
+                yield
+        finally:  # a run that wrote nothing (refused before planning ended) leaves no folder behind
+            for folder in (self.folder / "running", *([self.folder] if new_folder else [])):
+                try:
+                    folder.rmdir()
+                except OSError:  # not empty (results, another run's lock), or gone
+                    pass
 
     def others_filling(self) -> list[str]:
         """The descriptions of the other live runs filling this folder (:meth:`filling`); a lock file its process

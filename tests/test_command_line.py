@@ -127,6 +127,7 @@ def test_a_second_run_into_a_folder_another_run_is_filling_is_refused_naming_it_
         assert run_all.main([*argv, "--resume"]) == 0
         assert "note: another run is filling" in capsys.readouterr().out
     assert store.others_filling() == [] and run_all.main(argv) == 0  # its lock gone with it
+    (tmp_path / "out" / "running").mkdir()
     (tmp_path / "out" / "running" / "host-1.lock").write_text("pid 1: killed before it could remove this")
     assert store.others_filling() == [] and not (tmp_path / "out" / "running" / "host-1.lock").exists()
 
