@@ -30,7 +30,7 @@ from recbench.benchmarks.jobs import KEY_VERSION, GridError, GridInterrupted, Jo
 from recbench.benchmarks.options import RunOptions
 from recbench.benchmarks.planner import plan_grid, prepare_negatives
 from recbench.benchmarks.provenance import git_commit
-from recbench.benchmarks.reuse import reusable_twins, reused_outcome  # noqa: F401 (the studies import reusable_twins here)
+from recbench.benchmarks.reuse import reused_outcome
 from recbench.benchmarks.store import ResultStore, row_threads, thread_count_line
 from recbench.benchmarks.tracking import Tracker
 from recbench.benchmarks.worker import JobOutcome, JobPayload

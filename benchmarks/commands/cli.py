@@ -161,7 +161,7 @@ def run_grid(args: argparse.Namespace, jobs: list, options: RunOptions, *, table
     """Run ``jobs`` with ``options`` (``--dry-run``: plan and print them, with ``estimate`` each job's training
     time left), then write ``table.md`` (``table(rows)`` gives it) and the report; returns the exit code.
     ``plan``: what :func:`plan_grid` returned, when the caller has planned the jobs already; ``twins``: the study
-    jobs a ``--reuse`` folder holds (:func:`benchmarks.grid.reusable_twins`); ``estimates``: the training the plan
+    jobs a ``--reuse`` folder holds (:func:`benchmarks.reuse.reusable_twins`); ``estimates``: the training the plan
     expects of each job (:func:`training_left`), from which a run states its time left; with ``estimate`` and
     none given, a run times its jobs first and prints their total."""
     try:

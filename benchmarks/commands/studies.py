@@ -44,10 +44,11 @@ from recbench.benchmarks.commands.cli import add_run_options, guard, print_plan,
 from recbench.benchmarks.config import PROFILES, check_overrides, fields_of, parse_override, resolve
 from recbench.benchmarks.estimate import total_lines
 from recbench.benchmarks.evaluator import PROTOCOLS
-from recbench.benchmarks.grid import interrupted, progress_text, reusable_twins
+from recbench.benchmarks.grid import interrupted, progress_text
 from recbench.benchmarks.jobs import GridError, Job
 from recbench.benchmarks.options import output_suffix
 from recbench.benchmarks.planner import plan_grid
+from recbench.benchmarks.reuse import reusable_twins
 from recbench.benchmarks.store import ResultStore
 from recbench.benchmarks.tuning.space import HEAD_SIZE, cloze_cap, paper_heads
 from recbench.models import model_class
@@ -310,7 +311,7 @@ def study_notes(job) -> list[str]:
 def plan_lines(planned: list, estimates: dict | None = None, n_jobs: int = 1, twins: dict | None = None,
                done: frozenset = frozenset(), states: dict | None = None) -> list[str]:
     """The study's plan, one entry per job: what the study sets (its overrides, the tied values among them), what
-    an ablation row removes, where its rows are reused from (``twins``, :func:`benchmarks.grid.reusable_twins`:
+    an ablation row removes, where its rows are reused from (``twins``, :func:`benchmarks.reuse.reusable_twins`:
     no training, no estimate), and the estimated training time (:mod:`benchmarks.estimate`) when given; with
     ``n_jobs`` above 1 also the time with that many jobs at once. A resumed study also names the jobs whose rows
     are ``done`` (keys) and where each interrupted one stands (``states``, :func:`benchmarks.grid.interrupted`);
