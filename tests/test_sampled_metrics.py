@@ -25,7 +25,7 @@ from recbench.benchmarks.sampled_metrics import (
 )
 from recbench.datasets import LeaveOneOutSplit, TemporalSplit, generate
 from recbench.datasets.sequences import SequenceData
-from recbench.models.base import Recommender
+from tests.helpers import FixedScorer
 
 METRICS = ("HR@1", "HR@3", "NDCG@3", "MRR")
 
@@ -84,18 +84,6 @@ def test_refuses_counts_without_candidates_or_beyond_them():
         expected_uniform(one_user(3, 2, 4), 2, METRICS)
 
 
-class FixedScores(Recommender):
-    name = "fixed scores"
-    Config = type(None)
-
-    def __init__(self, scores: torch.Tensor):
-        self.scores = scores
-
-    def score(self, users, histories, candidates):
-        rows = self.scores[users]
-        return rows if candidates is None else rows.gather(1, candidates)
-
-
 @pytest.fixture(scope="module")
 def ranked():
     data = generate(n_users=150, n_items=260, mean_length=12.0, seed=3)
@@ -104,7 +92,7 @@ def ranked():
     # Scores that favour popular items, rounded so that some candidates tie with the target.
     popular = torch.from_numpy(data.item_counts().astype(np.float32))
     scores = (torch.rand(data.n_users, data.n_items + 1, generator=generator) * 4 + popular.log1p()).round()
-    model = FixedScores(scores)
+    model = FixedScorer(scores)
     full = Evaluator(split, seed=0).evaluate(model, "test", "full").counts
     return data, split, model, full
 
@@ -221,7 +209,7 @@ def test_under_the_temporal_split_the_candidates_leave_out_the_items_not_yet_see
     times = [sorted(rng.integers(0, 100, size=8).tolist()) for _ in range(20)]
     split = TemporalSplit(SequenceData.from_sequences("timed", sequences, 30, times=times), (60, 80))
     scores = torch.rand(20, 31, generator=torch.Generator().manual_seed(0))
-    counts = Evaluator(split, seed=0).evaluate(FixedScores(scores), "test", "full").counts
+    counts = Evaluator(split, seed=0).evaluate(FixedScorer(scores), "test", "full").counts
     view, unseen = split.view("test"), set(split.new_items("test").tolist())
     for row, user in enumerate(counts.users):
         history, target = set(view.items[view.offsets[row]:view.offsets[row + 1]].tolist()), int(view.targets[row])
