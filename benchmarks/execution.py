@@ -67,7 +67,7 @@ def busy_cores(interval: float = 0.1) -> float | None:
 def shared_cores_warning(threads: int, n_jobs: int, cores: int, busy: float) -> str | None:
     """One line when a run's torch threads (``threads`` per job, ``n_jobs`` at once) and the cores other
     processes keep ``busy`` exceed the ``cores`` it may use: torch's threads wait for each other at every
-    operation, so a thread without a core of its own stalls the rest (README, "Running a large grid")."""
+    operation, so a thread without a core of its own stalls the rest (benchmarks/GUIDE.md, "Running a large grid")."""
     wanted = threads * n_jobs
     if busy + wanted <= cores + 0.5:
         return None

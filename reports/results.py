@@ -1,7 +1,7 @@
 """Reading a results folder (``results/README.md``, schema version 1) into validated rows.
 
 A malformed line is an error that names the file and the line; rows of a study or task this package does not
-know are set aside with a note (a newer runner may write them), never an error. When a run is repeated or
+know are set aside with a note (a newer version of the suite may write them), never an error. When a run is repeated or
 resumed, a later line for the same (study, variant, sweep point, dataset, model, task, protocol, split, seed)
 replaces the earlier one, so the tables show the latest result. When the earlier line came from other settings (another
 job key), :attr:`ResultSet.changes` says which settings differ, so a report never mixes configurations silently.

@@ -106,7 +106,7 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
     - ``n_jobs``: jobs at once in worker processes; ``threads``: torch CPU threads per job (default: the cores
       divided by ``n_jobs``); ``dask_scheduler``: the address of a Dask cluster to run the jobs on instead.
     - ``keep_checkpoints``: keep each finished job's selected weights under ``weights/``.
-    - ``compile``: run each training step through ``torch.compile`` (slower on the CPU; README, ``--compile``).
+    - ``compile``: run each training step through ``torch.compile`` (slower on the CPU; benchmarks/GUIDE.md, ``--compile``).
     - ``progress``: progress bars (``False``: none); ``log``: where the console lines go (``print``).
 
     Raises ``GridError`` before any training when the grid cannot run (every problem, one line each),
