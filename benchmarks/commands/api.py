@@ -24,10 +24,10 @@ and the other way round. It works from any directory once the suite is installed
 - ``settings``: ``--set`` strings (``"hidden=128"``, ``"MyRec:lr=1e-3"``).
 - the fields of :class:`~benchmarks.options.RunOptions` (``profile``, ``protocols``, ``device``, ``data_dir``,
   ``cache_dir``, ``config_files``, ``resume``, ``n_jobs``, ``threads``, ``dask_scheduler``, ``keep_checkpoints``,
-  ``compile``, ``progress``, ``split``, ``track``) as keywords of their own, which ``help(run)`` lists with their defaults; a
-  keyword ``run`` does not take is one line naming those it does. ``split="temporal"`` runs the global temporal
-  split at the default cuts; ``split=SplitSpec("temporal", quantiles=(0.7, 0.85))`` or ``cut_times=(t1, t2)`` at
-  others (``datasets.splits``); its rows, like the command line's, name it in ``split_scheme``.
+  ``compile``, ``progress``, ``split``, ``track``) as keywords of their own, which ``help(run)`` lists with their
+  defaults; a keyword ``run`` does not take is one line naming those it does. ``split="temporal"`` runs the global
+  temporal split at the default cuts; ``split=SplitSpec("temporal", quantiles=(0.7, 0.85))`` or ``cut_times=(t1,
+  t2)`` at others (``datasets.splits``); its rows, like the command line's, name it in ``split_scheme``.
 
 It returns one row per line of ``results.jsonl`` that belongs to the grid (rows kept by ``resume`` included), in
 the order of the jobs: every field of the line as a column (results/README.md), and each metric as a column of its
@@ -105,11 +105,9 @@ def run(datasets="synthetic", models=("pop", "bprmf", "sasrec", "bert4rec"), *, 
     - ``device``: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     - ``n_jobs``: jobs at once in worker processes; ``threads``: torch CPU threads per job (default: the cores
       divided by ``n_jobs``); ``dask_scheduler``: the address of a Dask cluster to run the jobs on instead.
-    - ``keep_checkpoints``: keep each finished job's selected weights under ``weights/``.
-    - ``compile``: run each training step through ``torch.compile`` (slower on the CPU; benchmarks/GUIDE.md, ``--compile``).
+    - ``keep_checkpoints``: keep each job's selected weights (``weights/``); ``compile``: ``torch.compile`` each step.
     - ``progress``: progress bars (``False``: none); ``log``: where the console lines go (``print``).
-    - ``track``: ``"tensorboard"`` or ``"mlflow"``: each job's epochs, test metrics and settings written there too
-      (``pip install -e ".[track]"``; ``benchmarks.tracking``).
+    - ``track``: ``"tensorboard"`` or ``"mlflow"``, where each job's epochs, figures and settings go too (``.[track]``).
 
     Raises ``GridError`` before any training when the grid cannot run (every problem, one line each),
     ``JobsFailed`` (holding the finished rows) after it when some jobs failed, ``TypeError`` for a keyword ``run``
