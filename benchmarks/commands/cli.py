@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from recbench.benchmarks.checkpoint import saved_progress
 from recbench.benchmarks.device import resolve_device
 from recbench.benchmarks.estimate import (
     estimate_jobs,
@@ -105,18 +106,23 @@ def run_options(args: argparse.Namespace, *, protocols, profile: str, output: Pa
 def choose_threads(args: argparse.Namespace) -> str:
     """Set ``args.threads`` where ``--threads`` left it open and jobs train on this machine's CPU, and say the
     choice in words for a run's first line (nothing on a GPU or a Dask cluster, whose workers decide). With
-    ``--resume``, the count the folder's rows were trained with, so that they count as done (a resumed run reuses
-    only rows of its own count); else the cores the load average leaves free, divided among ``--jobs``: threads
-    beyond the free cores wait for each other, and a run beside one busy core took 10× its quiet time."""
+    ``--resume``, the count the folder's rows (else its checkpoints) were trained with, so that they count as done
+    (a resumed run reuses only rows and checkpoints of its own count); else the cores the load average leaves
+    free, divided among ``--jobs``: threads beyond the free cores wait for each other, and a run beside one busy
+    core took 10× its quiet time."""
     if args.threads:
         return f"{args.threads} CPU thread(s) per job (--threads)"
     if getattr(args, "dask_scheduler", None) or resolve_device(args.device).type != "cpu":
         return ""
     if args.resume and args.output:
-        counts = Counter(count for row in ResultStore(Path(args.output)).rows if (count := row_threads(row)))
+        what, counts = "rows", Counter(count for row in ResultStore(Path(args.output)).rows
+                                       if (count := row_threads(row)))
+        if not counts:  # a first job interrupted: its checkpoint's count (read only then: it holds the weights too)
+            what, counts = "checkpoints", Counter(state.threads for path in (Path(args.output) / "checkpoints").glob(
+                "*.pt") if (state := saved_progress(path)) is not None and state.threads)
         if counts:
             args.threads = counts.most_common(1)[0][0]
-            return (f"{args.threads} CPU thread(s) per job, the count this folder's rows were trained with "
+            return (f"{args.threads} CPU thread(s) per job, the count this folder's {what} were trained with "
                     f"(--threads N to choose another)")
     cores, busy = machine_load()
     args.threads = max(1, max(1, math.floor(cores - busy + 0.5)) // max(1, args.jobs))
