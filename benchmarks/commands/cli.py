@@ -76,7 +76,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                              "(pip install -e \".[distributed]\")")
     parser.add_argument("--compile", action="store_true",
                         help="run each model's training step through torch.compile (not part of a job's key; on the "
-                             "CPU slower: BERT4Rec 0.44x, SASRec-CE 0.76x on ML-1m; on one H200 BERT4Rec 0.98-1.01x)")
+                             "CPU it trains slower, on one H200 it gained nothing: results/reference/compile-speed-cpu.json, "
+                             "compile-speed-cuda-h200.json)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished job's selected weights under weights/ (else only its results)")
     parser.add_argument("--dry-run", action="store_true",
