@@ -76,8 +76,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                              "(pip install -e \".[distributed]\")")
     parser.add_argument("--compile", action="store_true",
                         help="run each model's training step through torch.compile (not part of a job's key; on the "
-                             "CPU it trains slower, on one H200 it gained nothing: results/reference/compile-speed-cpu.json, "
-                             "compile-speed-cuda-h200.json)")
+                             "CPU it trains slower, on one H200 it gained nothing: "
+                             "results/reference/compile-speed-cpu.json, compile-speed-cuda-h200.json)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished job's selected weights under weights/ (else only its results)")
     parser.add_argument("--dry-run", action="store_true",
