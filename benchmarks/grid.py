@@ -181,13 +181,11 @@ def _refuse_to_discard(pending: list[PlannedJob], store: ResultStore) -> None:
     """Without --resume a job trains afresh and deletes its checkpoint: refused, before anything runs, where that
     checkpoint holds an interrupted run's training (hours of it, under the converge profile)."""
     states = interrupted(pending, store)
-    if states:
-        jobs = [job for job in pending if job.key in states]
-        raise GridError("\n".join(
-            [f"{store.folder / 'checkpoints'} holds the training of {len(jobs)} interrupted job(s) that a run "
-             f"without --resume would discard; rerun with --resume (resume=True from Python) to continue them, "
-             f"or delete their checkpoint files to train them afresh:"]
-            + [f"{job.run_id}: {progress_text(job, states[job.key])} ({job.file_stem}.pt)" for job in jobs]))
+    _refuse(pending, states, lambda jobs: (
+        f"{store.folder / 'checkpoints'} holds the training of {len(jobs)} interrupted job(s) that a run without "
+        f"--resume would discard; rerun with --resume (resume=True from Python) to continue them, or delete their "
+        f"checkpoint files to train them afresh:"),
+        lambda job: f"{job.run_id}: {progress_text(job, states[job.key])} ({job.file_stem}.pt)")
 
 
 def _refuse_other_threads(pending: list[PlannedJob], store: ResultStore) -> None:
@@ -195,13 +193,19 @@ def _refuse_other_threads(pending: list[PlannedJob], store: ResultStore) -> None
     other arithmetic under the same key: refused before anything runs, naming the count that continues it."""
     states = {key: state for key, state in interrupted(pending, store).items()
               if state.threads not in (None, store.threads)}
-    if states:
-        jobs = [job for job in pending if job.key in states]
-        raise GridError("\n".join(
-            [f"{len(jobs)} interrupted job(s) were trained on another CPU thread count than this run's "
-             f"{store.threads}, with which a seed's figures differ: rerun with --threads "
-             f"{states[jobs[0].key].threads} to continue them, or delete their checkpoint files to train them afresh:"]
-            + [f"{job.run_id}: {states[job.key].threads} thread(s) ({job.file_stem}.pt)" for job in jobs]))
+    _refuse(pending, states, lambda jobs: (
+        f"{len(jobs)} interrupted job(s) were trained on another CPU thread count than this run's {store.threads}, "
+        f"with which a seed's figures differ: rerun with --threads {states[jobs[0].key].threads} to continue them, or "
+        f"delete their checkpoint files to train them afresh:"),
+        lambda job: f"{job.run_id}: {states[job.key].threads} thread(s) ({job.file_stem}.pt)")
+
+
+def _refuse(pending: list[PlannedJob], states: dict, header, line) -> None:
+    """Refuse the run, before anything runs, where ``states`` holds jobs of ``pending``: ``header(jobs)``, then
+    ``line(job)`` for each."""
+    jobs = [job for job in pending if job.key in states]
+    if jobs:
+        raise GridError("\n".join([header(jobs), *(line(job) for job in jobs)]))
 
 
 def _invocation(options: RunOptions) -> dict:
