@@ -117,8 +117,9 @@ class SASRecLosses(SASRec):
         positive_scores = (hidden * self.item_embedding[targets]).sum(-1)
         if c.loss == "sampled-softmax":
             if c.logq:
-                log_q = self.log_q.to(hidden.device)
-                return sampled_softmax(positive_scores, negative_scores, log_q[targets], log_q[negatives])
+                if self.log_q.device != hidden.device:  # moved once, not copied every step
+                    self.log_q = self.log_q.to(hidden.device)
+                return sampled_softmax(positive_scores, negative_scores, self.log_q[targets], self.log_q[negatives])
             return sampled_softmax(positive_scores, negative_scores)
         beta = gbce_beta(c.negatives, self.n_items, c.gbce_t) if c.loss == "gbce" else 1.0
         return binary_cross_entropy(positive_scores, negative_scores, beta)

@@ -22,6 +22,7 @@ from recbench.reports.render import Cell, Table
 from recbench.reports.results import ResultSet, Row
 from recbench.reports.stats import PerUser, holm_tests, summarize
 from recbench.reports.tables import _marks, _seed_notes, device_note, group, significance_note, smoke_label, value_cell
+from recbench.reports.time_to_quality import seconds_text
 
 STUDY = "losses"
 REFERENCE_MODEL = "sasrec-ce"  # the full softmax on SASRec's network: every other loss is tested against it
@@ -65,7 +66,7 @@ def loss_table(results: ResultSet, protocol: str, per_user: PerUser | None = Non
             line.append(Cell("reference") if reference_row else Cell(_or_gap(change, lambda c: f"{c:+.1f}%"), change))
             seconds = [r.get("train_seconds") for r in found or [] if r.get("train_seconds") is not None]
             mean_seconds = float(np.mean(seconds)) if seconds else None
-            line.append(Cell(_or_gap(mean_seconds, lambda s: f"{s:,.0f}"), mean_seconds))
+            line.append(Cell(seconds_text(mean_seconds), mean_seconds))
             if summary:
                 summaries.append(summary)
             if found and reference[dataset] and found[0].model != REFERENCE_MODEL:

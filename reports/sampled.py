@@ -185,6 +185,11 @@ def _group_label(dataset: str, study: str) -> list[Cell]:
     return [Cell(names.dataset_name(dataset)), Cell(study)]
 
 
+def _full_value(line, metric: str) -> Cell:
+    """The line's full-ranking value of ``metric``, the mean over its seeds."""
+    return _value(_mean([r.metrics.get(metric) for r in line.full if metric in r.metrics]))
+
+
 def expected_table(groups, expectations: Expectations) -> Table:
     rows, breaks = [], set()
     for (dataset, study), lines in groups.items():
@@ -192,7 +197,7 @@ def expected_table(groups, expectations: Expectations) -> Table:
         for metric in METRICS:
             for line in lines:
                 rows.append([*_group_label(dataset, study), Cell(line.label), Cell(metric),
-                             _value(_mean([r.metrics.get(metric) for r in line.full if metric in r.metrics])),
+                             _full_value(line, metric),
                              *(_expected_cell(line, expectations, metric, n) for n in SAMPLE_SIZES),
                              *(_value(_realised(line.sampled[p], metric)) for p in SAMPLED_PROTOCOLS)])
     notes = ["Full: the rows' full-ranking value. E[N]: its exact expectation had each user's target been ranked "
@@ -215,7 +220,7 @@ def corrected_table(groups, expectations: Expectations) -> Table:
             for line in lines:
                 found = _corrections(line, expectations, metric)
                 rows.append([*_group_label(dataset, study), Cell(line.label), Cell(metric),
-                             _value(_mean([r.metrics.get(metric) for r in line.full if metric in r.metrics])),
+                             _full_value(line, metric),
                              _value(_mean([expectations.of(r, CORRECTED_AT).mean[metric] for r in line.full])),
                              _value(found["bv"]), _value(found["mle"]),
                              _value(_realised(line.sampled["uni100"], metric)),

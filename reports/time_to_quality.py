@@ -84,13 +84,13 @@ def time_to_quality_table(results: ResultSet, anchors: list[Anchor] | None = Non
                  Cell(names.device_name(row.get("device"))), Cell(f"{metric} {protocol}"), Cell(fmt(best), best)]
         for fraction in FRACTIONS:
             seconds = seconds_to_reach(points, fraction * best)
-            cells.append(Cell(_seconds(seconds), seconds))
+            cells.append(Cell(seconds_text(seconds), seconds))
         reached = []
         for anchor in anchors:
             if (anchor.dataset, anchor.protocol, anchor.metric) == (row.dataset, protocol, metric) and \
                     anchor.model in (None, row.model):
                 seconds = seconds_to_reach(points, anchor.value)
-                reached.append(f"{anchor.source} {fmt(anchor.value)}: {_seconds(seconds, 'not reached')}")
+                reached.append(f"{anchor.source} {fmt(anchor.value)}: {seconds_text(seconds, 'not reached')}")
                 used.append(anchor)
         cells.append(Cell("; ".join(reached) or "–"))
         table_rows.append(cells)
@@ -108,5 +108,6 @@ def time_to_quality_table(results: ResultSet, anchors: list[Anchor] | None = Non
                  breaks=breaks)
 
 
-def _seconds(seconds: float | None, missing: str = "–") -> str:
+def seconds_text(seconds: float | None, missing: str = "–") -> str:
+    """Training seconds as the tables print them (``1,234``), or ``missing``."""
     return missing if seconds is None else f"{seconds:,.0f}"
