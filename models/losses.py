@@ -1,6 +1,6 @@
-"""Next-item losses over one positive and k sampled negatives per position, shared by the SASRec loss family
-(:mod:`models.sasrec_losses`). Each takes the positive's score s⁺ (N,) and the negatives' scores s⁻ (N, k) of N
-positions and returns the mean over the positions.
+"""Next-item losses over one positive and k sampled negatives per position, shared by the networks that take the
+loss as a setting (:mod:`models.loss_family`). Each takes the positive's score s⁺ (N,) and the negatives' scores
+s⁻ (N, k) of N positions and returns the mean over the positions.
 
 - Binary cross-entropy with k negatives (SASRec §III-E for k = 1):
   ℓ = −[log σ(s⁺) + Σ_j log(1 − σ(s⁻_j))] / (k + 1), the mean over the position's k + 1 logits as the gSASRec code

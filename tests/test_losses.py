@@ -84,7 +84,7 @@ def test_softmax_setting_is_sasrec_ce():
 @pytest.mark.parametrize("negatives_per", ["position", "sequence"])
 def test_negative_scores_are_each_positions_hidden_state_against_its_draws(monkeypatch, negatives_per):
     """Per sequence, every position of a row scores the row's one set of k draws; per position, its own set."""
-    from recbench.models import sasrec_losses as module
+    from recbench.models import loss_family as module
 
     seen = {}
 
