@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from recbench.benchmarks.store import write_atomic
-from recbench.reports import figures, names, splits, tables
+from recbench.reports import anchors, figures, losses, names, splits, tables
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, to_markdown
 from recbench.reports.results import ResultSet, Row, reference_results, row_settings
@@ -43,6 +43,7 @@ CHOSEN = "chosen-on-validation-{dataset}.json"
 # chosen-on-validation rows, shown in README's comparison.
 PROBES = re.compile(r"(rows-probe-(?!ml-1m-dropout\b).*|rows-converge-.*|converge-.*-patience\d+)\.json")
 REFITS = "refit-gap-*-converge-*.json"
+LOSSES = "rows-study-losses-converge.json"  # the losses study's runs to early stopping (--keep of its folder)
 BLOCK = re.compile(r"<!-- generated: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end generated: (?P=name) -->", re.S)
 
 
@@ -351,9 +352,52 @@ def speed(reference: Path) -> str:
                               table_rows, notes=notes, align="lllrll"), read)
 
 
+def _anchor_candidates(reference: Path) -> tuple[dict[str, dict[str, dict[str, list[Row]]]], list[Path]]:
+    """{dataset: {configuration: {protocol: rows}}}: every model of the converge profile, the rows chosen on
+    validation and each loss of the losses study; and the files read."""
+    candidates, read = {}, []
+    for dataset in DATASETS:
+        path = reference / f"converge-{dataset}.json"
+        read.append(path)
+        found = candidates.setdefault(dataset, {})
+        for (model, protocol), rows in tables.group(_load(path).select(study="main", task=losses.RANKING),
+                                                     "model", "protocol").items():
+            found.setdefault(names.model_name(model), {})[protocol] = rows
+        choice = _chosen(reference, dataset)
+        if choice:
+            read.append(reference / CHOSEN.format(dataset=dataset))
+            found[choice[0]] = tables.group(choice[1].select(study="main", task=losses.RANKING), "protocol")
+            found[choice[0]] = {protocol: rows for (protocol,), rows in found[choice[0]].items()}
+    path = reference / LOSSES
+    if path.is_file():
+        read.append(path)
+        for (dataset, variant, protocol), rows in tables.group(
+                _load(path).select(study=losses.STUDY, task=losses.RANKING), "dataset", "variant", "protocol").items():
+            candidates.setdefault(dataset, {}).setdefault(f"losses study: {variant}", {})[protocol] = rows
+    return candidates, read
+
+
+def anchor_tables(reference: Path) -> str:
+    """Ours, chosen on validation, against the best published figures; and every candidate it was chosen from."""
+    candidates, read = _anchor_candidates(reference)
+    return "\n".join(_table_block(table, read) for table in (anchors.anchor_table(candidates),
+                                                             anchors.candidate_table(candidates)))
+
+
+def loss_tables(reference: Path) -> str:
+    """The losses study under full ranking and pop100, each loss tested over users against the full softmax."""
+    path = reference / LOSSES
+    if not path.is_file():
+        return (f"No rows yet: {path.name} is written under results/reference/ when the study's first run ends "
+                "and its rows are kept.\n")
+    results = _load(path)
+    return "\n".join(_table_block(losses.loss_table(results, protocol, PerUser(results.folder)), [path])
+                     for protocol in ("full", tables.PUBLISHED_PROTOCOL))
+
+
 BLOCKS = {"paper-comparison": paper_comparison, "cost": cost, "runs": runs, "curves": curves, "table5": table5,
           "ablation-curves": ablation_curves, "probes": probes, "refits": refits, "splits": split_tables,
-          "tuning": tuning_searches, "speed": speed}
+          "tuning": tuning_searches, "speed": speed, "anchors": anchor_tables, "losses": loss_tables}
 
 
 # -------------------------------------------------------------------------------------------------- documents
