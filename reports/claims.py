@@ -25,10 +25,12 @@ import numpy as np
 from recbench.benchmarks.store import LEAVE_ONE_OUT
 from recbench.reports import figures, names
 from recbench.reports.losses import REFERENCE_MODEL as LOSS_REFERENCE_MODEL
+from recbench.reports.published import Published
 from recbench.reports.render import Cell, Table
 from recbench.reports.results import ResultSet, Row
 from recbench.reports.sampled import CORRECTED_AT, Expectations, Section, configuration, render, row_label
 from recbench.reports.stats import PairedTest, PerUser, holm_tests, paired_test
+from recbench.reports.tables import PUBLISHED_PROTOCOL, paper_value
 
 SECTION = "Claims"
 RANKING = "next-item"
@@ -36,6 +38,8 @@ METRIC = "NDCG@10"
 EXPECTED = f"E[uni{CORRECTED_AT}]"
 PROTOCOL_ORDER = ("full", "pop100", "uni100", EXPECTED)
 LABELS = ("robust", "protocol-dependent", "not resolved")
+NOT_TESTED = "not tested"  # no per-user files on one side or both: no paired test could be run
+RESOLVED = "robust"  # the one label under which a comparison counts as resolved
 FLAT_LOSS = 0.01  # a loss that moves less than this share of its mean from epoch 3 on is flat
 POP_LIKE = 0.05  # a test value within this share of POP's is POP's
 
@@ -80,6 +84,8 @@ class Comparison:
     def label(self) -> str:
         if self.collapsed:
             return f"collapsed run: {', '.join(self.collapsed)}"
+        if not self.tests:
+            return NOT_TESTED
         held = set(self.verdicts().values())
         if held in ({"+"}, {"−"}):
             return "robust"
@@ -206,16 +212,24 @@ def _cells(comparison: Comparison, per_user: PerUser, expectations: Expectations
     return cells
 
 
-def judge(results: ResultSet, per_user: PerUser, expectations: Expectations, alpha: float) -> list[Comparison]:
-    """Every comparison with its tests, Holm-adjusted over the whole section, and its collapsed runs."""
+def judge(results: ResultSet, per_user: PerUser, expectations: Expectations, alpha: float,
+          pops: ResultSet | None = None) -> list[Comparison]:
+    """Every comparison with its tests, Holm-adjusted over the whole section, and its collapsed runs (held against
+    POP's rows of ``results``, or of ``pops`` where POP was run elsewhere)."""
     found = comparisons(results)
-    pops = _pop_rows(results)
+    pops = _pop_rows(pops or results)
     for comparison in found:
         comparison.tests = _cells(comparison, per_user, expectations)
         for side, label in ((comparison.first, comparison.first_label), (comparison.second, comparison.second_label)):
             if any(collapsed(row, pops.get((row.dataset, row.split, row.protocol, row.seed)))
                    for rows in side.values() for row in rows if row.model != "pop"):
                 comparison.collapsed.append(label)
+    return adjust(found, alpha)
+
+
+def adjust(found: list[Comparison], alpha: float) -> list[Comparison]:
+    """Mark each test significant where both its Holm-adjusted p-values, over every test of ``found``, are below
+    ``alpha`` (comparisons judged apart are then corrected as one table)."""
     every = [test for comparison in found for test in comparison.tests]
     for test, adjusted in zip(every, holm_tests([test.test for test in every])):
         test.significant = (adjusted is not None and adjusted.t_pvalue < alpha and adjusted.wilcoxon_pvalue < alpha)
@@ -260,6 +274,64 @@ def claims_table(found: list[Comparison], alpha: float) -> Table:
     return Table("claims", f"Which comparisons the runs resolve ({METRIC})",
                  ["Dataset", "Rows", "Comparison", "Made by", *protocols, "Label"], rows, notes=notes,
                  align="llll" + "r" * len(protocols) + "l", breaks=breaks)
+
+
+def _differences(comparison: Comparison, published: list[Published]) -> tuple[float | None, float | None]:
+    """(ours, the paper's) difference first − second in NDCG@10 under the paper's protocol: ours from the rows' means
+    over seeds, the paper's from the published rows each side is held against (None where either lacks one)."""
+    ours, paper = [], []
+    for side in (comparison.first, comparison.second):
+        rows = side.get((LEAVE_ONE_OUT, PUBLISHED_PROTOCOL), [])
+        ours.append(float(np.mean([row.metrics[METRIC] for row in rows])) if rows else None)
+        paper.append(paper_value(rows[0], published, METRIC)[0] if rows else None)
+    return tuple(None if a is None or b is None else a - b for a, b in (ours, paper))
+
+
+def agrees(comparison: Comparison, published: list[Published]) -> bool | None:
+    """Whether our difference has the paper's sign; None where the paper makes no such comparison."""
+    ours, paper = _differences(comparison, published)
+    return None if ours is None or paper is None or paper == 0 else (ours > 0) == (paper > 0)
+
+
+def ledger_table(found: list[Comparison], published: list[Published], alpha: float) -> Table:
+    """Every comparison a reproduced table makes, its difference beside the paper's, whether it goes the paper's
+    way, and its label: a comparison counts as agreeing with the paper only where it goes the paper's way and is
+    robust; one without per-user files is not tested."""
+    rows, breaks, last = [], set(), None
+    for comparison in found:
+        if (comparison.dataset, comparison.study) != last:
+            breaks.add(len(rows))
+            last = (comparison.dataset, comparison.study)
+        ours, paper = _differences(comparison, published)
+        way = agrees(comparison, published)
+        rows.append([Cell(names.dataset_name(comparison.dataset)), Cell(comparison.study),
+                     Cell(f"{comparison.first_label} vs {comparison.second_label}"), Cell("; ".join(comparison.kinds)),
+                     Cell("–" if ours is None else f"{ours:+.4f}", ours),
+                     Cell("–" if paper is None else f"{paper:+.4f}", paper),
+                     Cell("–" if way is None else "yes" if way else "no"), Cell(comparison.label())])
+    notes = [f"Δ: first − second in {METRIC} under {PUBLISHED_PROTOCOL}, ours the means over seeds, the paper's from "
+             "the published row each side is held against (README's comparison); –: the paper has no such pair. "
+             "Paper's way: the same sign. Label: as the report's claims section gives it, from paired t-tests and "
+             f"Wilcoxon signed-rank tests over users (α = {alpha:g}, Holm over the table's tests) under every "
+             f"protocol both sides have; {NOT_TESTED}: a side has no per-user files, so no paired test was run. "
+             f"A comparison agrees with the paper only where it goes the paper's way and is {RESOLVED}."]
+    return Table("ledger", f"Which comparisons hold ({METRIC})",
+                 ["Dataset", "Rows", "Comparison", "Made by", "Δ ours", "Δ paper", "Paper's way", "Label"], rows,
+                 notes=notes, align="llllrrll", breaks=breaks)
+
+
+def agreement_counts(found: list[Comparison], published: list[Published]) -> dict[str, int]:
+    """Among the comparisons the paper also makes: how many there are, go its way (a collapsed run's never does),
+    go its way resolved (robust) or resolved the other way, are not tested, not resolved, protocol-dependent, or
+    hold a collapsed run."""
+    made = [c for c in found if agrees(c, published) is not None]
+    labels = [c.label() for c in made]
+    return {"made": len(made), "its way": sum(agrees(c, published) and not c.collapsed for c in made),
+            "resolved its way": sum(agrees(c, published) and c.label() == RESOLVED for c in made),
+            "resolved the other way": sum(not agrees(c, published) and c.label() == RESOLVED for c in made),
+            NOT_TESTED: labels.count(NOT_TESTED), "not resolved": labels.count("not resolved"),
+            "protocol-dependent": labels.count("protocol-dependent"),
+            "collapsed": sum(label.startswith("collapsed") for label in labels)}
 
 
 VERDICT_COLOURS = {"+": "#2ca02c", "−": "#d62728", "?": "#d9d9d9"}

@@ -24,10 +24,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from recbench.benchmarks.store import write_atomic
-from recbench.reports import anchors, figures, losses, names, splits, tables
+from recbench.reports import anchors, claims, figures, losses, names, splits, tables
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, to_markdown
 from recbench.reports.results import ResultSet, Row, reference_results, row_settings
+from recbench.reports.sampled import Expectations
 from recbench.reports.stats import PerUser, summarize
 from recbench.reports.tables import label, value_cell
 
@@ -395,9 +396,52 @@ def loss_tables(reference: Path) -> str:
                      for protocol in ("full", tables.PUBLISHED_PROTOCOL))
 
 
+ALPHA = 0.01  # the significance level of the reproduction's paired tests, as the report's default
+
+
+@lru_cache(maxsize=None)
+def _ledger(reference: Path) -> tuple[list[claims.Comparison], list[Path]]:
+    """Every comparison Table 2 (the converge profile's rows of each dataset) and Table 5 (the ablation's rows)
+    make, judged over users where both sides kept per-user files, Holm-corrected as one table; and the files read."""
+    found, read = [], []
+    for dataset in names.order_datasets(DATASETS):
+        path = reference / f"converge-{dataset}.json"
+        results = _load(path)
+        per_user = PerUser(results.folder)
+        found += claims.judge(results, per_user, Expectations(per_user), ALPHA)
+        read.append(path)
+    path = _ablation_path(reference)
+    results = _load(path)
+    per_user = PerUser(results.folder)
+    found += claims.judge(results, per_user, Expectations(per_user), ALPHA,
+                          pops=_load(reference / f"converge-{results.rows[0].dataset}.json"))
+    read.append(path)
+    return claims.adjust(found, ALPHA), read
+
+
+def ledger(reference: Path) -> str:
+    """REPRODUCTION.md's ledger: each comparison of Table 2 and Table 5, beside the paper's, with its label."""
+    found, read = _ledger(reference)
+    return _table_block(claims.ledger_table(found, load_published()[0], ALPHA), read)
+
+
+def claims_summary(reference: Path) -> str:
+    """README's count of the comparisons that agree with the paper: only the resolved ones count."""
+    found, read = _ledger(reference)
+    count = claims.agreement_counts(found, load_published()[0])
+    return (f"Of the {count['made']} comparisons between models that the paper's Table 2 and Table 5 also make, "
+            f"ours go the paper's way in {count['its way']} (a collapsed run's counted nowhere), and a paired test "
+            f"over users resolves {count['resolved its way']} of them ({count['resolved the other way']} resolved the "
+            f"other way). Not tested, their rows' per-user files not kept: {count[claims.NOT_TESTED]}; not resolved "
+            f"or resolved under one protocol only: {count['not resolved'] + count['protocol-dependent']}; with a "
+            f"collapsed run: {count['collapsed']}. Only the resolved ones count as agreeing with the "
+            f"paper ([the ledger](results/REPRODUCTION.md#which-comparisons-hold); {_source(read)}).\n")
+
+
 BLOCKS = {"paper-comparison": paper_comparison, "cost": cost, "runs": runs, "curves": curves, "table5": table5,
           "ablation-curves": ablation_curves, "probes": probes, "refits": refits, "splits": split_tables,
-          "tuning": tuning_searches, "speed": speed, "anchors": anchor_tables, "losses": loss_tables}
+          "tuning": tuning_searches, "speed": speed, "anchors": anchor_tables, "losses": loss_tables,
+          "ledger": ledger, "claims-summary": claims_summary}
 
 
 # -------------------------------------------------------------------------------------------------- documents

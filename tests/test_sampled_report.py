@@ -8,7 +8,8 @@ import pytest
 from recbench.benchmarks.metrics import RankCounts
 from recbench.benchmarks.sampled_metrics import expected_uniform
 from recbench.reports import generate_report
-from recbench.reports.claims import collapsed, comparisons, judge
+from recbench.reports.claims import agreement_counts, agrees, collapsed, comparisons, judge, ledger_table
+from recbench.reports.published import Published
 from recbench.reports.results import load_results
 from recbench.reports.sampled import Expectations
 from recbench.reports.stats import PerUser
@@ -170,3 +171,36 @@ def test_the_losses_study_is_held_against_the_full_softmax(tmp_path):
     assert sorted((c.first_label, c.second_label) for c in found) == [
         ("SASRec BCE, 1 negative (SASRec)", "SASRec-CE full softmax (SASRec-CE)"),
         ("gSASRec gBCE, 256 negatives, t = 0.75 (gSASRec)", "SASRec-CE full softmax (SASRec-CE)")]
+
+
+def test_the_ledger_counts_only_resolved_comparisons_as_agreeing(tmp_path):
+    """Against published rows written by hand: a comparison tested over users and robust counts; one whose side kept
+    no per-user files is not tested and does not, whichever way it goes; one the paper does not make is left out."""
+    rows = [ranking_row(tmp_path, "ml-1m", model, seed, "pop100", with_per_user=model != "gru4rec")
+            for model in ("pop", "sasrec", "bert4rec", "gru4rec") for seed in SEEDS]
+    write_results(tmp_path, rows)
+    results = load_results(tmp_path)
+    per_user = PerUser(tmp_path)
+    found = judge(results, per_user, Expectations(per_user), alpha=0.01)
+    mean = {m: np.mean([r.metrics["NDCG@10"] for r in results.rows if r.model == m]) for m in ("pop", "sasrec",
+                                                                                           "bert4rec", "gru4rec")}
+    assert mean["bert4rec"] > mean["sasrec"] > mean["pop"]
+    published = [Published("Table 5", "ml-1m", "bert4rec", "default", "NDCG@10", 0.40),
+                 Published("Table 2", "ml-1m", "pop", None, "NDCG@10", 0.10),
+                 Published("Table 2", "ml-1m", "gru4rec", None, "NDCG@10", 0.20 if mean["gru4rec"] < mean[
+                     "bert4rec"] else 0.50)]  # the paper's way as ours: only the missing files keep it from counting
+    by_pair = {(c.first_label, c.second_label): c for c in found}
+    assert by_pair[("BERT4Rec", "POP")].label() == "robust" and agrees(by_pair[("BERT4Rec", "POP")], published)
+    untested = next(c for c in found if "GRU4Rec" in (c.first_label, c.second_label) and "BERT4Rec" in
+                    (c.first_label, c.second_label))
+    assert untested.label() == "not tested" and agrees(untested, published)
+    assert agrees(by_pair[("BERT4Rec", "SASRec")], published) is None  # SASRec has no published row here
+    counts = agreement_counts(found, published)
+    made = [c for c in found if agrees(c, published) is not None]
+    assert counts["made"] == len(made) and counts["its way"] >= 2
+    assert counts["resolved its way"] == sum(c.label() == "robust" and agrees(c, published) for c in made) >= 1
+    assert counts["not tested"] == sum(c.label() == "not tested" for c in made) >= 1
+    table = ledger_table(found, published, 0.01)
+    line = next(r for r in table.rows if r[2].text == "BERT4Rec vs POP")
+    assert line[5].text == "+0.3000" and line[6].text == "yes" and line[7].text == "robust"
+    assert line[4].value == mean["bert4rec"] - mean["pop"]
