@@ -117,14 +117,18 @@ COINCIDENCES = {
     ".0196": "fidelity: BERT4Rec at lr 1e-4 after 10 epochs / a list metric of the splits' tables",
     ".0210": "fidelity: BERT4Rec's earlier design after 600 steps / the splits' tables",
     ".0326": "fidelity: GRU4Rec's ML-100k validation at epoch 20 / FPMC's best Beauty validation (anchor candidates)",
+    ".0328": "fidelity: BERT4Rec 1 mask (random item), full NDCG@10 / Caser's Beauty HR@1 in Table 2",
     ".0356": "fidelity: BPR-MF at d = 128, full NDCG@10 / LSTM's best Beauty validation (anchor candidates)",
     ".0373": "fidelity: BPR-MF at d = 32 / the splits' tables",
     ".0383": "fidelity: BERT4Rec's paper profile, seed 1, 600 steps / NCF's ML-1m full NDCG@10",
+    ".0459": "fidelity: BERT4Rec paper profile, seed 0 full NDCG@10 / GRU4Rec's Beauty HR@5 in Table 2",
     ".0700": "fidelity: BERT4Rec's converge schedule after 10 epochs, full / SASRec's defaults on ML-100k, full",
     ".1049": "fidelity: a SASRec switch's HR@10 / the splits' tables",
+    ".1273": "fidelity: NCF at 4 negatives, NDCG@10 / NCF's Beauty HR@5 in Table 2",
     ".1408": "fidelity: SASRec with float32 dropout masks, full HR@10 / Table 5's h = 1 under full ranking",
     ".1442": "fidelity: SASRec retrained on s[:-1], HR@10 after 10 epochs / BERT4Rec's ML-1m full NDCG@10",
     ".1537": "fidelity: Klenitskiy & Vasilev's published replication / README: SASRec's Beauty NDCG@10",
+    ".3259": "fidelity: Caser with pad_windows, pop100 NDCG@10 / GRU4Rec's ML-1m NDCG@5 in Table 2",
     ".3752": "fidelity: NCF's 6-epoch paper-profile HR@10 / README: NCF's converged ML-1m HR@10",
 }
 
