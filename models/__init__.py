@@ -39,6 +39,7 @@ _REGISTRY = {
     "bert4rec": "recbench.models.bert4rec:BERT4Rec",
     "bert4rec-1mask": "recbench.models.bert4rec:BERT4Rec1Mask",
     "bert4rec-1mask-random": "recbench.models.bert4rec:BERT4Rec1MaskRandom",
+    "gbert4rec": "recbench.models.bert4rec_losses:GBERT4Rec",
     "ncf": "recbench.models.ncf:NCF",
     "fpmc": "recbench.models.fpmc:FPMC",
     "gru4rec": "recbench.models.gru4rec:GRU4Rec",

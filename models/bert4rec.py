@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -141,7 +142,7 @@ class BERT4Rec(NeuralRecommender):
         10,253 windows would otherwise hold 180 MB). Without ``fresh_masks`` each copy's masks are drawn here,
         once, and kept as its masked columns and what they read (:meth:`fixed_masks`)."""
         c = self.config
-        rows, ends = sliding_windows(train, c.max_len, int(c.window_step * c.max_len))
+        rows, ends = self.window_ends(train)
         windows = torch.from_numpy(window_matrix(train, rows, ends, c.max_len))
         self.windows = windows.to(self.device)
         copies = c.dupe_factor + int(c.mask_last)
@@ -153,6 +154,10 @@ class BERT4Rec(NeuralRecommender):
             examples.update(self.fixed_masks(windows, examples["window"], last))
         self.cloze_facts = self.cloze_copy_facts(windows)
         return examples
+
+    def window_ends(self, train: Histories) -> tuple[np.ndarray, np.ndarray]:
+        """Each training window's user row and end offset (N items, step int(window_step·N))."""
+        return sliding_windows(train, self.config.max_len, int(self.config.window_step * self.config.max_len))
 
     def cloze_copy_facts(self, windows: torch.Tensor) -> dict:
         """What the Cloze copies of ``windows`` mask: ``masked_proportion``, the share of their items masked
@@ -239,13 +244,20 @@ class BERT4Rec(NeuralRecommender):
         inputs = torch.cat([items, spare], 1).scatter_(1, columns, batch["masked_tokens"].long())[:, :-1]
         return trim_padding(items, masked, inputs)
 
-    def loss(self, batch, generator):
-        """Eq. 8: mean −log P of the masked items; logits only at masked positions."""
+    def masked_outputs(self, batch, generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Eq. 7's left factor (:meth:`transform`) only at a batch's M masked positions (M, d), their items (M,)
+        and the batch row each belongs to (M,)."""
         items, masked, inputs = self.masked_inputs(batch, generator)
         hidden, _ = self.encoder(inputs)  # rows of the non-padding positions
-        # Eq. 7 only at the masked positions; the softmax over all classes is taken chunk by chunk.
+        rows = torch.arange(len(items), device=items.device)[:, None].expand_as(items)[masked]
+        return self.transform(hidden[masked[items != PAD]]), items[masked], rows
+
+    def loss(self, batch, generator):
+        """Eq. 8: mean −log P of the masked items; logits only at masked positions, the softmax over all
+        classes taken chunk by chunk."""
+        queries, targets, _ = self.masked_outputs(batch, generator)
         weight, bias, offset = self.softmax_classes()
-        return softmax_cross_entropy(self.transform(hidden[masked[items != PAD]]), weight, items[masked] - offset, bias)
+        return softmax_cross_entropy(queries, weight, targets - offset, bias)
 
     # ------------------------------------------------------------------------------------------- inference
     def append_mask(self, histories: torch.Tensor) -> torch.Tensor:
