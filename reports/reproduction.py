@@ -23,7 +23,7 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from recbench.benchmarks.store import write_atomic
+from recbench.benchmarks.store import LEAVE_ONE_OUT, write_atomic
 from recbench.reports import anchors, claims, figures, losses, names, splits, tables
 from recbench.reports.published import load_published
 from recbench.reports.render import Cell, Table, fmt, to_markdown
@@ -55,7 +55,8 @@ def _load(path: Path) -> ResultSet:
 
 def _source(paths) -> str:
     """How a block names the files it read: relative to the repository."""
-    return ", ".join(f"`{Path(path).resolve().relative_to(ROOT)}`" for path in paths)
+    paths = [Path(path).resolve() for path in paths]
+    return ", ".join(f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`" for path in paths)
 
 
 def _chosen(reference: Path, dataset: str) -> tuple[str, ResultSet] | None:
@@ -419,6 +420,35 @@ def _ledger(reference: Path) -> tuple[list[claims.Comparison], list[Path]]:
     return claims.adjust(found, ALPHA), read
 
 
+def losses_summary(reference: Path) -> str:
+    """README's sentence on the losses study: each loss's change against the full softmax on the same network, and
+    whether a paired test over users resolves it; nothing is called better or worse that a test does not resolve."""
+    path = reference / LOSSES
+    link = "[losses study](results/REPRODUCTION.md#beyond-the-paper-the-loss-and-the-direction)"
+    if not path.is_file():
+        return (f"Beyond the paper, the {link} (gBCE, sampled softmax with and without logQ, the full softmax, on SASRec's "
+                "network) has no converged run kept yet.\n")
+    results = _load(path)
+    per_user = PerUser(results.folder)
+    found = [c for c in claims.judge(results, per_user, Expectations(per_user), ALPHA)
+             if c.study == losses.STUDY]
+    said = []
+    for comparison in found:
+        rows = comparison.first.get((LEAVE_ONE_OUT, "full"), [])
+        base = comparison.second.get((LEAVE_ONE_OUT, "full"), [])
+        if not rows or not base:
+            continue
+        change = 100 * (summarize(rows, claims.METRIC).mean / summarize(base, claims.METRIC).mean - 1)
+        verdict = comparison.label()
+        said.append(f"{rows[0].variant} {change:+.1f}% on {names.dataset_name(rows[0].dataset)} "
+                    f"({len(rows)} seed{'s' if len(rows) > 1 else ''}, {verdict})")
+    if not said:
+        return (f"Beyond the paper, the {link} has runs kept but none yet beside its full-softmax reference on the same "
+                f"dataset ({_source([path])}).\n")
+    return (f"Beyond the paper, in the {link}, against the full softmax on the same network (full-ranking NDCG@10, labelled by paired "
+            f"tests over users; only a robust change is one): {'; '.join(said)} ({_source([path])}).\n")
+
+
 def table2(reference: Path) -> str:
     """The paper's Table 2 as the report writes it, one per dataset under the paper's protocol, BERT4Rec marked
     where a paired test over users sets it apart from the best baseline."""
@@ -453,7 +483,8 @@ def claims_summary(reference: Path) -> str:
 BLOCKS = {"paper-comparison": paper_comparison, "cost": cost, "runs": runs, "curves": curves, "table5": table5,
           "ablation-curves": ablation_curves, "probes": probes, "refits": refits, "splits": split_tables,
           "tuning": tuning_searches, "speed": speed, "anchors": anchor_tables, "losses": loss_tables,
-          "ledger": ledger, "claims-summary": claims_summary, "table2": table2}
+          "ledger": ledger, "claims-summary": claims_summary, "table2": table2,
+          "losses-summary": losses_summary}
 
 
 # -------------------------------------------------------------------------------------------------- documents

@@ -3,10 +3,13 @@ blocks are what ``python -m reports --reproduction`` writes from ``results/refer
 what its table shows, and no measured figure stands in two documents."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from recbench.reports import reproduction
@@ -15,7 +18,7 @@ from recbench.reports.published import load_published
 from recbench.reports.results import load_results
 from recbench.reports.tables import model_groups, ratio_table
 from recbench.reports.time_to_quality import load_anchors
-from tests.fixtures.reports_fixture import ranking_row, write_results
+from tests.fixtures.reports_fixture import counts_for, ranking_row, write_results
 from tests.helpers import ROOT
 
 README = ROOT / "README.md"
@@ -156,3 +159,26 @@ def test_the_reproduction_lives_in_tracked_files():
     tracked = subprocess.run(["git", "ls-files", "results/REPRODUCTION.md", "results/figures"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout.split()
     assert "results/REPRODUCTION.md" in tracked and any(name.endswith(".png") for name in tracked)
+
+
+def test_readmes_losses_sentence_names_each_change_with_its_label(tmp_path):
+    """Each loss against the full softmax on its dataset, in percent of NDCG@10 under full ranking, with the label a
+    paired test over users gives it; no reference file: one sentence that says so."""
+    assert "no converged run kept yet" in reproduction.losses_summary(tmp_path)
+    rows = [ranking_row(tmp_path, "beauty", model, seed, "full", study="losses", variant=variant,
+                        counts=counts_for("beauty", "sasrec-ce", seed, "full", scale))
+            for model, variant, scale in (("gsasrec", "gBCE (gSASRec)", 0.2), ("sasrec-ce", "full softmax", 1.0),
+                                          ("sasrec-ss", "sampled softmax", 1.0))  # sasrec-ss ranks as sasrec-ce
+            for seed in (0, 1)]
+    copies = tmp_path / "per-user" / "rows-study-losses-converge"
+    copies.mkdir(parents=True)
+    for row in rows:
+        shutil.move(tmp_path / row["per_user_file"], copies / Path(row["per_user_file"]).name)
+    (tmp_path / reproduction.LOSSES).write_text(json.dumps({"rows": rows}))
+    results = reproduction.reference_results(tmp_path / reproduction.LOSSES)
+    mean = {m: np.mean([r.metrics["NDCG@10"] for r in results.rows if r.model == m]) for m in ("gsasrec", "sasrec-ce",
+                                                                                            "sasrec-ss")}
+    sentence = reproduction.losses_summary(tmp_path)
+    assert f"gBCE (gSASRec) {100 * (mean['gsasrec'] / mean['sasrec-ce'] - 1):+.1f}% on Beauty (2 seeds, robust)" \
+        in sentence
+    assert "sampled softmax +0.0% on Beauty (2 seeds, not resolved)" in sentence  # the same ranks: no change
