@@ -45,6 +45,7 @@ CHOSEN = "chosen-on-validation-{dataset}.json"
 PROBES = re.compile(r"(rows-probe-(?!ml-1m-dropout\b).*|rows-converge-.*|converge-.*-patience\d+)\.json")
 REFITS = "refit-gap-*-converge-*.json"
 LOSSES = "rows-study-losses-converge.json"  # the losses study's runs to early stopping (--keep of its folder)
+LOSSES_SECTION = "beyond-the-paper-the-loss-and-the-direction"  # the reproduction document's section on losses
 BLOCK = re.compile(r"<!-- generated: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end generated: (?P=name) -->", re.S)
 
 
@@ -424,7 +425,7 @@ def losses_summary(reference: Path) -> str:
     """README's sentence on the losses study: each loss's change against the full softmax on the same network, and
     whether a paired test over users resolves it; nothing is called better or worse that a test does not resolve."""
     path = reference / LOSSES
-    link = "[losses study](results/REPRODUCTION.md#beyond-the-paper-the-loss-and-the-direction)"
+    link = f"[losses study](results/REPRODUCTION.md#{LOSSES_SECTION})"
     if not path.is_file():
         return (f"Beyond the paper, the {link} (gBCE, sampled softmax with and without logQ, the full softmax, on SASRec's "
                 "network) has no converged run kept yet.\n")
