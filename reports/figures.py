@@ -66,6 +66,7 @@ MODEL_COLOURS = {
     "sasrec-ce": "#9ecae1", "gsasrec": "#17becf", "sasrec-ss": "#aec7e8",
     "gru4rec": "#2ca02c", "gru4rec+": "#98df8a", "caser": "#9467bd", "fpmc": "#ff7f0e", "bprmf": "#8c564b",
     "ncf": "#e377c2", "pop": "#7f7f7f", "lstm": "#bcbd22", "lstm-rel": "#dbdb8d", "bert4rec-rel": "#ad494a",
+    "gbert4rec": "#843c39",
 }
 
 

@@ -2,9 +2,10 @@
 
 The table holds each loss's test NDCG@10 per dataset (mean ± std over seeds), its change against the full softmax
 on the same network (SASRec-CE, the reference row), a paired test of that change over users (Holm over the
-table's tests) and the training time it cost; BERT4Rec's Cloze row beside them changes the direction, not the
-softmax. So it answers whether the bidirectional encoder or the loss carries the paper's ranking. The figures put
-test NDCG@10 against training seconds, and each run's validation curve against training seconds.
+table's tests) and the training time it cost; BERT4Rec's Cloze rows beside them change the direction, once with
+the same full softmax (BERT4Rec) and once with gBCE at the masked positions (gBERT4Rec), each tested against the
+full softmax too. So it answers whether the bidirectional encoder or the loss carries the paper's ranking. The
+figures put test NDCG@10 against training seconds, and each run's validation curve against training seconds.
 """
 from __future__ import annotations
 
@@ -31,13 +32,13 @@ RANKING = "next-item"
 
 
 def _variants(rows: list[Row]) -> list[str]:
-    """The study's variants, in the order of their models (:data:`names.MODELS`), the reference last but one and
-    BERT4Rec's Cloze row last, as the study lists them."""
+    """The study's variants, in the order of their models (:data:`names.MODELS`), then the reference, then
+    BERT4Rec's Cloze rows (its family's models) last, as the study lists them."""
     models = names.order_models({r.model for r in rows})
     first = {}
     for row in rows:
         first.setdefault(row.variant, row.model)
-    return sorted(first, key=lambda v: (first[v] == "bert4rec", first[v] == REFERENCE_MODEL,
+    return sorted(first, key=lambda v: (first[v] in names.BERT4REC_FAMILY, first[v] == REFERENCE_MODEL,
                                         models.index(first[v]), v))
 
 

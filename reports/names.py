@@ -29,11 +29,12 @@ MODELS = {
     "bert4rec-1mask": "BERT4Rec (1 mask, last)",
     "bert4rec-1mask-random": "BERT4Rec (1 mask, random)",
     "bert4rec": "BERT4Rec",
+    "gbert4rec": "gBERT4Rec",
     "bert4rec-rel": "BERT4Rec (relevance)",
 }
 BERT4REC = "bert4rec"
 # Variants of BERT4Rec itself: never "the best baseline" that BERT4Rec is compared with.
-BERT4REC_FAMILY = {"bert4rec", "bert4rec-1mask", "bert4rec-1mask-random", "bert4rec-rel"}
+BERT4REC_FAMILY = {"bert4rec", "bert4rec-1mask", "bert4rec-1mask-random", "gbert4rec", "bert4rec-rel"}
 
 # Paper Table 1 order.
 DATASETS = {"beauty": "Beauty", "steam": "Steam", "ml-1m": "ML-1m", "ml-20m": "ML-20m"}

@@ -154,9 +154,12 @@ def test_the_loss_study_plans_each_variant_per_dataset_and_seed():
     from recbench.benchmarks.commands.studies import LOSS_REFERENCE, LOSS_VARIANTS, loss_jobs
 
     jobs = loss_jobs(["beauty"], seeds=(0, 1))
-    assert len(jobs) == 2 * len(LOSS_VARIANTS) and [j.seed for j in jobs[:len(LOSS_VARIANTS)]] == [0] * 9
+    n = len(LOSS_VARIANTS)
+    assert len(jobs) == 2 * n and [j.seed for j in jobs[:n]] == [0] * n
     by_label = {j.variant: j for j in jobs if j.seed == 0}
     assert by_label[LOSS_REFERENCE].model == "sasrec-ce" and by_label[LOSS_REFERENCE].overrides == ()
     assert by_label["gBCE, 256 negatives, t = 0.75 (gSASRec)"].overrides == ("shared_output=true",)
+    gbert4rec = by_label["Cloze, gBCE, 256 negatives, t = 0.75 (gBERT4Rec)"]
+    assert (gbert4rec.model, gbert4rec.overrides) == ("gbert4rec", ())
     with pytest.raises(ValueError, match="unknown loss variant"):
         loss_jobs(["beauty"], variants=["hinge"])

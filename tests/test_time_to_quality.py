@@ -45,7 +45,9 @@ def test_the_published_anchors_load():
 def _loss_folder(tmp_path):
     rows = []
     for seed in (0, 1):
-        for model, variant, scale in (("sasrec", "BCE, 1 negative (SASRec)", 20.0),
+        for model, variant, scale in (("gbert4rec", "Cloze, gBCE, 256 negatives, t = 0.75 (gBERT4Rec)", 1.5),
+                                      ("bert4rec", "Cloze, full softmax (BERT4Rec)", 1.2),
+                                      ("sasrec", "BCE, 1 negative (SASRec)", 20.0),
                                       ("sasrec-ce", "full softmax (SASRec-CE)", 1.0)):
             rows.append(ranking_row(tmp_path, "ml-1m", model, seed, protocol="full", study="losses", variant=variant,
                                     counts=counts_for("ml-1m", model, seed, "full", scale)))
@@ -56,14 +58,16 @@ def test_loss_table_tests_each_loss_against_the_full_softmax(tmp_path):
     results = load_results(_loss_folder(tmp_path))
     table = loss_table(results, "full", PerUser(tmp_path))
     labels = [row[0].text for row in table.rows]
-    assert labels == ["BCE, 1 negative (SASRec)", "full softmax (SASRec-CE)"]  # the reference last
-    bce, reference = table.rows
+    assert labels == ["BCE, 1 negative (SASRec)", "full softmax (SASRec-CE)", "Cloze, full softmax (BERT4Rec)",
+                      "Cloze, gBCE, 256 negatives, t = 0.75 (gBERT4Rec)"]  # the reference, then the Cloze rows last
+    bce, reference = table.rows[:2]
     assert reference[2].text == "reference" and reference[1].marks == ""
     ours = [r.metrics["NDCG@10"] for r in results.rows if r.model == "sasrec"]
     base = [r.metrics["NDCG@10"] for r in results.rows if r.model == "sasrec-ce"]
     assert bce[2].text == f"{100 * (sum(ours) / sum(base) - 1):+.1f}%"
     assert bce[1].marks  # twenty times the rank: far below the reference on 60 users, marked
-    assert any("Holm's correction for the 1 comparison" in note for note in table.notes)
+    assert all(row[2].text.startswith(("+", "-")) for row in table.rows[2:])  # each against the full softmax too
+    assert any("Holm's correction for the 3 comparisons" in note for note in table.notes)
 
 
 def test_loss_figures_and_report_sections(tmp_path):

@@ -115,7 +115,8 @@ def ablation_jobs(datasets, models, seeds=(0,), variants=None, overrides=()) -> 
 
 # The loss study: label → (model, overrides). One backbone, SASRec's network with its settings per dataset at the
 # suite's d = 64, scoring with the shared item embedding; only the objective changes (models/sasrec_losses.py), and
-# BERT4Rec's Cloze row changes the direction with the same full softmax. The full softmax is the reference row.
+# BERT4Rec's Cloze rows change the direction, with the same full softmax and with gBCE at the masked positions
+# (models/bert4rec_losses.py). The full softmax is the reference row.
 LOSS_REFERENCE = "full softmax (SASRec-CE)"
 LOSS_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "BCE, 1 negative (SASRec)": ("sasrec", ()),
@@ -128,6 +129,7 @@ LOSS_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sampled softmax, 3,000 uniform": ("sasrec-ss", ()),
     LOSS_REFERENCE: ("sasrec-ce", ()),
     "Cloze, full softmax (BERT4Rec)": ("bert4rec", ()),
+    "Cloze, gBCE, 256 negatives, t = 0.75 (gBERT4Rec)": ("gbert4rec", ()),
 }
 
 
