@@ -444,6 +444,7 @@ def ratio_table(groups: list[tuple[str, list[Row]]], published: list[Published])
     notes = [f"Protocol {PUBLISHED_PROTOCOL} (100 negatives sampled by popularity, the paper's), test split; ours: "
              f"mean ± sample standard deviation over the seeds; paper: Sun et al. (2019), the published row each of "
              f"ours is held against ({held}); ratio: ours / paper; –: no published value."]
+    notes += _setting_notes(groups, published)
     if any(where.startswith("Table 4") for where in sources):
         notes.append("Table 5's default row (BERT4Rec at d = 64) gives NDCG@10 only; HR@10 comes from Table 4's column "
                      "at the dataset's N, the same configuration.")
@@ -451,6 +452,36 @@ def ratio_table(groups: list[tuple[str, list[Row]]], published: list[Published])
                                                             *(f"{m} {w}" for m in RATIO_METRICS
                                                               for w in ("ours", "paper", "ratio"))],
                  table_rows, notes=notes, align="llr" + "r" * 3 * len(RATIO_METRICS), breaks=breaks)
+
+
+def _setting_notes(groups: list[tuple[str, list[Row]]], published: list[Published]) -> list[str]:
+    """Where a row of ours is held against a published row of another configuration, say so: Table 2 gives each
+    model at its best setting, which the paper states only where Table 2's row equals Table 3's (d = 256)."""
+    at_256, unstated = {}, {}
+    for _, rows in groups:
+        row = rows[0]
+        if (published_anchor(row) or ("",))[0] != "Table 2":
+            continue
+        table2 = {(e.dataset, e.metric): e.value for e in published
+                  if (e.table, e.model, e.variant) == ("Table 2", row.model, None)}
+        table3 = {(e.dataset, e.metric): e.value for e in published
+                  if (e.table, e.model, e.variant) == ("Table 3", row.model, None)}
+        same = [key for key in table3 if table2.get(key) == table3[key]]
+        settings = row.get("hyperparameters") or {}
+        hidden = settings.get("hidden", settings.get("factors"))  # NCF names its embedding size "factors"
+        if not table2 or hidden is None:  # not in the paper, or a model without a size (POP)
+            continue
+        if same and hidden != 256:
+            at_256.setdefault(names.model_name(row.model), set()).add(hidden)
+        elif not same:
+            unstated.setdefault(hidden, []).append(names.model_name(row.model))
+    notes = [f"{model}: Table 2's row equals Table 3's, at d = 256, and ours runs at d = "
+             f"{', '.join(map(str, sorted(sizes, key=str)))}; the paper publishes no {model} row at our size, so its "
+             f"ratio sets two sizes side by side." for model, sizes in at_256.items()]
+    for hidden, models in unstated.items():
+        notes.append(f"{', '.join(dict.fromkeys(models))}: Table 2 gives each at its best setting, which the paper "
+                     f"does not state; ours run at d = {hidden}.")
+    return notes
 
 
 # ------------------------------------------------------------------------------------------------- Table 3

@@ -87,6 +87,10 @@ def test_the_ratio_table_by_hand(tmp_path):
                      == ("Table 2", "ml-1m", "sasrec", "NDCG@10"))
     assert cells["SASRec"][4].value == published and cells["SASRec"][5].text == f"{0.41 / published:.2f}"
     assert cells["SASRec-CE"][4].text == "–" and cells["SASRec-CE"][5].text == "–"
+    # Table 2's SASRec row is Table 3's, at d = 256: the table says it holds a d = 64 row against another size
+    assert any(note.startswith("SASRec: Table 2's row equals Table 3's, at d = 256, and ours runs at d = 64")
+               for note in table.notes)
+    assert not any("SASRec-CE" in note for note in table.notes if "best setting" in note or "d = 256" in note)
     from recbench.reports import generate_report
 
     assert "Ours against the paper" in generate_report(tmp_path).read_text()
