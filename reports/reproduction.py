@@ -422,13 +422,14 @@ def _ledger(reference: Path) -> tuple[list[claims.Comparison], list[Path]]:
 
 
 def losses_summary(reference: Path) -> str:
-    """README's sentence on the losses study: each loss's change against the full softmax on the same network, and
+    """README's sentence on the losses study: each loss's change against the full softmax on SASRec's network, and
     whether a paired test over users resolves it; nothing is called better or worse that a test does not resolve."""
     path = reference / LOSSES
     link = f"[losses study](results/REPRODUCTION.md#{LOSSES_SECTION})"
     if not path.is_file():
-        return (f"Beyond the paper, the {link} (gBCE, sampled softmax with and without logQ, the full softmax, on SASRec's "
-                "network) has no converged run kept yet.\n")
+        return (f"Beyond the paper, the {link} (gBCE, sampled softmax with and without logQ and the full softmax on "
+                "SASRec's network, BERT4Rec's Cloze objective with its softmax and with gBCE) has no converged run kept "
+                "yet.\n")
     results = _load(path)
     per_user = PerUser(results.folder)
     found = [c for c in claims.judge(results, per_user, Expectations(per_user), ALPHA)
@@ -446,7 +447,7 @@ def losses_summary(reference: Path) -> str:
     if not said:
         return (f"Beyond the paper, the {link} has runs kept but none yet beside its full-softmax reference on the same "
                 f"dataset ({_source([path])}).\n")
-    return (f"Beyond the paper, in the {link}, against the full softmax on the same network (full-ranking NDCG@10, labelled by paired "
+    return (f"Beyond the paper, in the {link}, against the full softmax on SASRec's network (SASRec-CE; full-ranking NDCG@10, labelled by paired "
             f"tests over users; only a robust change is one): {'; '.join(said)} ({_source([path])}).\n")
 
 
