@@ -44,6 +44,15 @@ A folder that is not a reference of the table (a probe's, a ``--chosen-on-valida
 still runs, a bf16 comparison's) is kept the same way with ``--keep FOLDER``: its rows and invocations, whatever their
 settings, go to ``results/reference/rows-<folder's name>.json``, which ``--restore`` turns back into the folder. Keep
 each run's rows as it finishes: a machine lost with its work tree then costs the unfinished runs only.
+
+A reference row restored without its per-user files (kept before the files were) gets them from a retraining of the
+same job, ``--retraced FOLDER``: a row of the folder with the same key, seed, protocol and split lends its per-user
+file to every reference file in ``--output`` that holds the row, where its metrics equal the stored ones to the last
+digit (a CPU run retraces bit for bit on the same kind of machine and thread count). A row whose metrics differ is
+named in one line with both values and left as it is; ``--replace`` puts the retrained row in its place instead, its
+own metrics, curve and device, with the replaced row's metrics, device and commit kept under ``replaced``:
+
+    python -m benchmarks.experiments.converge_reference --retraced results/retrain-ml-1m
 """
 from __future__ import annotations
 
@@ -399,6 +408,48 @@ def keep(folder: Path, output: Path) -> Path:
     return path
 
 
+def _twin_key(row: dict) -> tuple:
+    return row.get("key"), row.get("seed"), row.get("protocol"), row.get("split"), row.get("task")
+
+
+def retraced(folder: Path, output: Path, replace: bool = False) -> list[str]:
+    """Give each row of the reference files in ``output`` that lacks its per-user file the file of ``folder``'s row
+    of the same job, seed, protocol and split, where the metrics agree (with ``replace``, wherever they do not too:
+    the folder's row takes the stored row's place, the stored row's metrics, device and commit under ``replaced``).
+    Returns one line per row whose metrics differ and was left as it was."""
+    twins = {_twin_key(row): row for row in ResultStore(folder).rows
+             if row.get("per_user_file") and (folder / row["per_user_file"]).is_file()}
+    if not twins:
+        sys.exit(f"{folder}: no rows with per-user files to lend; pass the folder of a finished retraining")
+    differing, adopted = [], 0
+    for path in sorted(Path(output).glob("*.json")):
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(kept, dict) or not isinstance(kept.get("rows"), list):
+            continue
+        copies, changed = per_user_copies(path), False
+        for number, row in enumerate(kept["rows"]):
+            name = row.get("per_user_file")
+            twin = twins.get(_twin_key(row))
+            if twin is None or (name and (copies / Path(name).name).is_file()):
+                continue
+            same = twin["metrics"] == row["metrics"]
+            if not same and not replace:
+                shown = ", ".join(f"{metric} {row['metrics'].get(metric)!r} stored, {value!r} retraced"
+                                  for metric, value in twin["metrics"].items() if row["metrics"].get(metric) != value)
+                differing.append(f"{path.name}: {row.get('run_id')} {row.get('protocol')}: {shown}")
+                continue
+            kept["rows"][number] = ({**row, "per_user_file": twin["per_user_file"]} if same else
+                                    {**twin, "replaced": {field: row.get(field) for field in ("metrics", "device",
+                                                                                             "commit")}})
+            write_atomic(copies / Path(twin["per_user_file"]).name, (folder / twin["per_user_file"]).read_bytes())
+            changed, adopted = True, adopted + 1
+        if changed:
+            write_atomic(path, json.dumps(kept, indent=1) + "\n")
+    print(f"{adopted} reference rows took their per-user files from {folder}"
+          + (f"; {len(differing)} left as they were, their metrics differ" if differing else ""))
+    return differing
+
+
 def write_reference(path: Path, dataset: str, folder: Path, command: str, result: ResultSet, **extra) -> None:
     """Write one reference file (see the module's docstring) of ``result``, read from ``folder``."""
     keys = {row.get("key") for row in result.rows}
@@ -422,7 +473,22 @@ def main(argv=None) -> int:
                         help="write the one folder given from this reference file instead (see above)")
     parser.add_argument("--keep", type=Path, metavar="FOLDER",
                         help="write FOLDER's rows, whatever their settings, to rows-<its name>.json (see above)")
+    parser.add_argument("--retraced", type=Path, metavar="FOLDER",
+                        help="lend the per-user files of FOLDER's retrained rows to the reference rows of the same "
+                             "jobs that lack them, where the metrics agree (see above)")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --retraced: a retrained row whose metrics differ replaces the stored one")
     args = parser.parse_args(argv)
+    if args.replace and args.retraced is None:
+        parser.error("--replace goes with --retraced FOLDER")
+    if args.retraced is not None:
+        if args.folders or args.chosen or args.restore or args.keep:
+            parser.error("--retraced reads one folder: pass no other folder, --chosen-on-validation, --restore or "
+                         "--keep")
+        differing = retraced(args.retraced, args.output, args.replace)
+        print("\n".join(f"metrics differ, left as stored (--replace takes the retrained row): {line}"
+                         for line in differing))
+        return 1 if differing else 0
     if args.keep is not None:
         if args.folders or args.chosen or args.restore:
             parser.error("--keep writes one folder's rows: pass no other folder, --chosen-on-validation or --restore")

@@ -358,3 +358,48 @@ def test_a_variant_validation_does_not_choose_is_refused_in_one_line_before_anyt
         converge_reference.main([str(profile_folder), "--chosen-on-validation", str(variant),
                                  "--output", str(tmp_path / "reference")])
     assert not (tmp_path / "reference").exists()
+
+
+def test_retraced_rows_lend_their_per_user_files_only_where_the_metrics_agree(tmp_path, capsys):
+    """A reference row kept without its per-user file takes the file of a retraining of the same job; a retraining
+    whose metrics differ is named with both values and changes nothing, unless --replace puts it in the row's place."""
+    import json
+
+    import run_all
+    from benchmarks.experiments import converge_reference
+    from recbench.benchmarks.store import ResultStore
+
+    grid = ["--models", "bprmf", "--profile", "converge", "--set", "bprmf:max_epochs=2", "--set", "bprmf:hidden=8",
+            "--cache-dir", str(tmp_path / "cache"), "--quiet", "--no-report", "--threads", "1"]
+    assert run_all.main([*grid, "--output", str(tmp_path / "first")]) == 0
+    assert converge_reference.main(["--keep", str(tmp_path / "first"), "--output", str(tmp_path / "ref")]) == 0
+    reference = tmp_path / "ref" / "rows-first.json"
+    copies = tmp_path / "ref" / "per-user" / "rows-first"
+    for path in copies.iterdir():  # as a reference kept before its per-user files were
+        path.unlink()
+    assert run_all.main([*grid, "--output", str(tmp_path / "again")]) == 0  # the same jobs, the same seed
+    assert ResultStore(tmp_path / "again").rows[0]["metrics"] == json.loads(reference.read_text())["rows"][0]["metrics"]
+    assert converge_reference.main(["--retraced", str(tmp_path / "again"), "--output", str(tmp_path / "ref")]) == 0
+    assert "2 reference rows took their per-user files" in capsys.readouterr().out
+    kept = json.loads(reference.read_text())["rows"]
+    for row in kept:
+        assert (copies / row["per_user_file"].split("/")[-1]).read_bytes() == \
+            (tmp_path / "again" / row["per_user_file"]).read_bytes()
+    # another run whose metrics differ: named, nothing changed; with --replace it takes the row's place
+    for path in copies.iterdir():
+        path.unlink()
+    store = ResultStore(tmp_path / "again")
+    moved = [{**row, "metrics": {**row["metrics"], "NDCG@10": row["metrics"]["NDCG@10"] + 0.01}} for row in store.rows]
+    (tmp_path / "again" / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in moved))
+    assert converge_reference.main(["--retraced", str(tmp_path / "again"), "--output", str(tmp_path / "ref")]) == 1
+    out = capsys.readouterr().out
+    assert "0 reference rows took their per-user files" in out and "NDCG@10" in out and "stored" in out
+    assert json.loads(reference.read_text())["rows"] == kept and not list(copies.iterdir())
+    assert converge_reference.main(["--retraced", str(tmp_path / "again"), "--output", str(tmp_path / "ref"),
+                                    "--replace"]) == 0
+    replaced = json.loads(reference.read_text())["rows"]
+    assert [row["metrics"] for row in replaced] == [row["metrics"] for row in moved]
+    assert [row["replaced"]["metrics"] for row in replaced] == [row["metrics"] for row in kept]
+    with pytest.raises(SystemExit):
+        converge_reference.main(["--replace"])
+    assert "--replace goes with --retraced" in capsys.readouterr().err
