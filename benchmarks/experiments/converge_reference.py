@@ -46,8 +46,9 @@ settings, go to ``results/reference/rows-<folder's name>.json``, which ``--resto
 each run's rows as it finishes: a machine lost with its work tree then costs the unfinished runs only.
 
 A reference row restored without its per-user files (kept before the files were) gets them from a retraining of the
-same job, ``--retraced FOLDER``: a row of the folder with the same key, seed, protocol and split lends its per-user
-file to every reference file in ``--output`` that holds the row, where its metrics equal the stored ones to the last
+same job, ``--retraced FOLDER``: a row of the folder with the same key (or the key of the run a study's row reused:
+Table 5's default is the main grid's run), seed, protocol and split lends its per-user file to every reference file
+in ``--output`` that holds the row, where its metrics equal the stored ones to the last
 digit (a CPU run retraces bit for bit on the same kind of machine and thread count). A row whose metrics differ is
 named in one line with both values and left as it is; ``--replace`` puts the retrained row in its place instead, its
 own metrics, curve and device, with the replaced row's metrics, device and commit kept under ``replaced``:
@@ -408,15 +409,26 @@ def keep(folder: Path, output: Path) -> Path:
     return path
 
 
-def _twin_key(row: dict) -> tuple:
-    return row.get("key"), row.get("seed"), row.get("protocol"), row.get("split"), row.get("task")
+def _twin_key(row: dict, key: str | None = None) -> tuple:
+    return key or row.get("key"), row.get("seed"), row.get("protocol"), row.get("split"), row.get("task")
+
+
+def _twins(row: dict, twins: dict) -> dict | None:
+    """The retrained row of ``row``'s job: of its own key, or of the job it reused (a study's default row is the
+    main grid's run of the same settings, ``reused_from``)."""
+    reused = (row.get("reused_from") or {}).get("key") if isinstance(row.get("reused_from"), dict) else None
+    return twins.get(_twin_key(row)) or (twins.get(_twin_key(row, reused)) if reused else None)
+
+
+# What names a row in its reference file; a retrained row that replaces it takes everything else.
+IDENTITY = ("key", "run_id", "study", "variant", "sweep", "per_user_file", "attention_file", "reused_from")
 
 
 def retraced(folder: Path, output: Path, replace: bool = False) -> list[str]:
     """Give each row of the reference files in ``output`` that lacks its per-user file the file of ``folder``'s row
-    of the same job, seed, protocol and split, where the metrics agree (with ``replace``, wherever they do not too:
-    the folder's row takes the stored row's place, the stored row's metrics, device and commit under ``replaced``).
-    Returns one line per row whose metrics differ and was left as it was."""
+    of the same job (:func:`_twins`), seed, protocol and split, where the metrics agree (with ``replace``, wherever
+    they do not too: the folder's measurements take the stored row's place under its names, the stored metrics,
+    device and commit under ``replaced``). Returns one line per row whose metrics differ and was left as it was."""
     twins = {_twin_key(row): row for row in ResultStore(folder).rows
              if row.get("per_user_file") and (folder / row["per_user_file"]).is_file()}
     if not twins:
@@ -428,8 +440,8 @@ def retraced(folder: Path, output: Path, replace: bool = False) -> list[str]:
             continue
         copies, changed = per_user_copies(path), False
         for number, row in enumerate(kept["rows"]):
-            name = row.get("per_user_file")
-            twin = twins.get(_twin_key(row))
+            name = row.get("per_user_file") or None
+            twin = _twins(row, twins)
             if twin is None or (name and (copies / Path(name).name).is_file()):
                 continue
             same = twin["metrics"] == row["metrics"]
@@ -438,10 +450,12 @@ def retraced(folder: Path, output: Path, replace: bool = False) -> list[str]:
                                   for metric, value in twin["metrics"].items() if row["metrics"].get(metric) != value)
                 differing.append(f"{path.name}: {row.get('run_id')} {row.get('protocol')}: {shown}")
                 continue
-            kept["rows"][number] = ({**row, "per_user_file": twin["per_user_file"]} if same else
-                                    {**twin, "replaced": {field: row.get(field) for field in ("metrics", "device",
-                                                                                             "commit")}})
-            write_atomic(copies / Path(twin["per_user_file"]).name, (folder / twin["per_user_file"]).read_bytes())
+            name = name or twin["per_user_file"]
+            kept["rows"][number] = ({**row, "per_user_file": name} if same else
+                                    {**twin, **{field: row[field] for field in IDENTITY if field in row},
+                                     "per_user_file": name,
+                                     "replaced": {field: row.get(field) for field in ("metrics", "device", "commit")}})
+            write_atomic(copies / Path(name).name, (folder / twin["per_user_file"]).read_bytes())
             changed, adopted = True, adopted + 1
         if changed:
             write_atomic(path, json.dumps(kept, indent=1) + "\n")

@@ -388,8 +388,8 @@ def test_retraced_rows_lend_their_per_user_files_only_where_the_metrics_agree(tm
     # another run whose metrics differ: named, nothing changed; with --replace it takes the row's place
     for path in copies.iterdir():
         path.unlink()
-    store = ResultStore(tmp_path / "again")
-    moved = [{**row, "metrics": {**row["metrics"], "NDCG@10": row["metrics"]["NDCG@10"] + 0.01}} for row in store.rows]
+    retrained = ResultStore(tmp_path / "again").rows
+    moved = [{**row, "metrics": {**row["metrics"], "NDCG@10": row["metrics"]["NDCG@10"] + 0.01}} for row in retrained]
     (tmp_path / "again" / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in moved))
     assert converge_reference.main(["--retraced", str(tmp_path / "again"), "--output", str(tmp_path / "ref")]) == 1
     out = capsys.readouterr().out
@@ -400,6 +400,14 @@ def test_retraced_rows_lend_their_per_user_files_only_where_the_metrics_agree(tm
     replaced = json.loads(reference.read_text())["rows"]
     assert [row["metrics"] for row in replaced] == [row["metrics"] for row in moved]
     assert [row["replaced"]["metrics"] for row in replaced] == [row["metrics"] for row in kept]
+    # a study's row that reused the job (Table 5's default, the main grid's run) takes the file under its own name
+    study_row = {**kept[0], "key": "another-key", "study": "ablation", "variant": "default",
+                 "per_user_file": "per_user/the-default.npz", "reused_from": {"key": kept[0]["key"]}}
+    (tmp_path / "ref" / "rows-ablation.json").write_text(json.dumps({"rows": [study_row]}))
+    (tmp_path / "again" / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in retrained))
+    assert converge_reference.main(["--retraced", str(tmp_path / "again"), "--output", str(tmp_path / "ref")]) == 0
+    assert (tmp_path / "ref" / "per-user" / "rows-ablation" / "the-default.npz").read_bytes() == \
+        (tmp_path / "again" / kept[0]["per_user_file"]).read_bytes()
     with pytest.raises(SystemExit):
         converge_reference.main(["--replace"])
     assert "--replace goes with --retraced" in capsys.readouterr().err
