@@ -29,14 +29,26 @@ from dataclasses import dataclass
 import torch
 
 from recbench.datasets.sequences import Histories
+from recbench.models.base import ScoreFactors, require_choice
 from recbench.models.bert4rec import BERT4Rec, BERT4RecConfig
 from recbench.models.loss_family import LossFamily, LossSettings
+
+
+OUTPUT_HEADS = ("bert4rec", "item-embedding")
 
 
 @dataclass
 class BERT4RecLossConfig(LossSettings, BERT4RecConfig):
     """BERT4Rec's fields, then the loss's: a class of its own, so that ``bert4rec``'s fields, and with them the
     keys of its stored results, stay as they are."""
+
+    # "bert4rec": eq. 7, GELU(h W^P + b^P), the head's LayerNorm, then E and b^O; "item-embedding": the encoder's
+    # output h against the item embedding E alone, as the authors' gBERT4Rec code scores (no W^P, LayerNorm or b^O)
+    output_head: str = "bert4rec"
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_choice(self, "output_head", OUTPUT_HEADS)
 
 
 class GBERT4Rec(LossFamily, BERT4Rec):
@@ -53,6 +65,20 @@ class GBERT4Rec(LossFamily, BERT4Rec):
         rows, _ = self.window_ends(train)
         examples["users"] = torch.from_numpy(train.users[rows])[examples["window"]]
         return examples
+
+    def transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Eq. 7's left factor, or under ``output_head = "item-embedding"`` the encoder's output itself."""
+        return hidden if self.config.output_head == "item-embedding" else super().transform(hidden)
+
+    def softmax_classes(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """BERT4Rec's classes; under ``output_head = "item-embedding"`` without their biases."""
+        weight, bias, offset = super().softmax_classes()
+        return (weight, torch.zeros_like(bias), offset) if self.config.output_head == "item-embedding" else (
+            weight, bias, offset)
+
+    def score_factors(self, users, histories) -> ScoreFactors:
+        factors = super().score_factors(users, histories)
+        return factors._replace(bias=None) if self.config.output_head == "item-embedding" else factors
 
     def loss(self, batch, generator):
         if self.config.loss == "softmax":

@@ -158,6 +158,25 @@ def test_the_scores_are_eq_7_before_the_softmax(monkeypatch, softmax_classes, ne
     assert torch.allclose(seen["negatives"], logits.gather(1, draws - offset), atol=1e-5)
 
 
+def test_the_item_embedding_head_scores_the_encoders_output_against_the_item_embedding_alone():
+    """output_head = "item-embedding", as the authors' gBERT4Rec code: s_i = h · E_i, in training and inference,
+    with no W^P, LayerNorm or output bias; BERT4Rec's head is eq. 7."""
+    m = small("gbert4rec", max_len=5, dropout=0.0, attention_dropout=0.0, output_head="item-embedding").eval()
+    with torch.no_grad():
+        m.output_bias.fill_(3.0)  # would move every score if it were used
+    histories = torch.tensor([[0, 3, 4, 5], [1, 2, 3, 4]])
+    factors = m.score_factors(None, histories)
+    hidden, _ = m.encoder(m.append_mask(histories), last_only=True)
+    assert torch.allclose(factors.full(), hidden @ m.encoder.item_embedding.weight[:m.n_items + 1].T)
+    weight, bias, _ = m.softmax_classes()
+    assert torch.equal(bias, torch.zeros_like(bias)) and weight is m.encoder.item_embedding.weight
+    head = small("gbert4rec", max_len=5, dropout=0.0, attention_dropout=0.0).eval()
+    head.load_state_dict(m.state_dict())
+    assert not torch.allclose(head.score_factors(None, histories).full(), factors.full())
+    with pytest.raises(SettingError, match="output_head"):
+        small("gbert4rec", output_head="linear")
+
+
 def test_each_example_carries_its_windows_user():
     m = small("gbert4rec", max_len=5, exclude_seen=True)
     examples = m.training_examples(TRAIN)
