@@ -437,8 +437,13 @@ def loss_tables(reference: Path) -> str:
         return (f"No rows yet: {path.name} is written under results/reference/ when the study's first run ends "
                 "and its rows are kept.\n")
     results = _load(path)
-    return "\n".join(_table_block(losses.loss_table(results, protocol, PerUser(results.folder)), [path])
-                     for protocol in ("full", tables.PUBLISHED_PROTOCOL))
+    built = [_table_block(losses.loss_table(results, protocol, PerUser(results.folder)), [path])
+             for protocol in ("full", tables.PUBLISHED_PROTOCOL)]
+    rows = [r for r in results.select(study=losses.STUDY, task=losses.RANKING) if r.variant]
+    found = [f"losses_quality_vs_time_{protocol}" for protocol in names.order_protocols({r.protocol for r in rows})]
+    found += [f"losses_curves_{figures._slug(dataset)}" for dataset in names.order_datasets({r.dataset for r in rows})]
+    return "\n".join(built) + "\n" + _figure_block(found, "the losses study: test NDCG@10 against training seconds, "
+                                                          "and each run's validation curve")
 
 
 ALPHA = 0.01  # the significance level of the reproduction's paired tests, as the report's default
@@ -562,10 +567,12 @@ def rewrite(document: Path, reference: Path = REFERENCE) -> list[str]:
 
 
 def draw_figures(reference: Path = REFERENCE, folder: Path = FIGURES) -> list[Path]:
-    """The figures the generated blocks show: the Transformers' curves and Table 5's runs."""
+    """The figures the generated blocks show: the Transformers' curves, Table 5's runs and the losses study's."""
     with figures.house_style():
         drawn = [figures.curve_figures(_curve_results(reference), folder),
                  figures.ablation_curve_figures(_load(_ablation_path(reference)), folder)]
+        if (reference / LOSSES).is_file():
+            drawn.append(losses.loss_figures(_load(reference / LOSSES), folder))
     return [path for outcome in drawn for figure in outcome.figures for path in figure.paths]
 
 

@@ -186,6 +186,13 @@ def test_readmes_losses_sentence_names_each_change_with_its_label(tmp_path):
     assert f"gBCE (gSASRec) {100 * (mean['gsasrec'] / mean['sasrec-ce'] - 1):+.1f}% on Beauty (2 seeds, robust)" \
         in sentence
     assert "sampled softmax +0.0% on Beauty (2 seeds, not resolved)" in sentence  # the same ranks: no change
+    # the document's block names the very figures the study's figure code draws
+    from recbench.reports.losses import loss_figures
+
+    block = reproduction.loss_tables(tmp_path)
+    drawn = {figure.name for figure in loss_figures(results, tmp_path / "figures").figures}
+    assert set(re.findall(r"\(figures/([\w-]+)\.png\)", block)) == drawn == {
+        "losses_quality_vs_time_full", "losses_curves_beauty"}
 
 
 def test_a_gap_is_resolved_against_the_runs_own_spread_pooled_over_the_dataset(tmp_path):
