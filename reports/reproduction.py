@@ -451,6 +451,12 @@ GAP_BAND = 0.03  # README lists every row whose NDCG@10 is further than this fro
 GAP_ALPHA = 0.05  # the level at which the seeds' t-tests call a gap from the paper resolved
 
 
+def _judged(results: ResultSet, pops: ResultSet | None = None) -> list[claims.Comparison]:
+    """The claims section's comparisons of a reference file's rows, judged over the per-user files kept beside it."""
+    per_user = PerUser(results.folder)
+    return claims.judge(results, per_user, Expectations(per_user), ALPHA, pops=pops)
+
+
 @lru_cache(maxsize=None)
 def _ledger(reference: Path) -> tuple[list[claims.Comparison], list[Path]]:
     """Every comparison Table 2 (the converge profile's rows of each dataset) and Table 5 (the ablation's rows)
@@ -458,15 +464,11 @@ def _ledger(reference: Path) -> tuple[list[claims.Comparison], list[Path]]:
     found, read = [], []
     for dataset in names.order_datasets(DATASETS):
         path = reference / f"converge-{dataset}.json"
-        results = _load(path)
-        per_user = PerUser(results.folder)
-        found += claims.judge(results, per_user, Expectations(per_user), ALPHA)
+        found += _judged(_load(path))
         read.append(path)
     path = _ablation_path(reference)
     results = _load(path)
-    per_user = PerUser(results.folder)
-    found += claims.judge(results, per_user, Expectations(per_user), ALPHA,
-                          pops=_load(reference / f"converge-{results.rows[0].dataset}.json"))
+    found += _judged(results, pops=_load(reference / f"converge-{results.rows[0].dataset}.json"))
     read.append(path)
     return claims.adjust(found, ALPHA), read
 
@@ -480,10 +482,7 @@ def losses_summary(reference: Path) -> str:
         return (f"Beyond the paper, the {link} (gBCE, sampled softmax with and without logQ and the full softmax on "
                 "SASRec's network, BERT4Rec's Cloze objective with its softmax and with gBCE) has no converged run kept "
                 "yet.\n")
-    results = _load(path)
-    per_user = PerUser(results.folder)
-    found = [c for c in claims.judge(results, per_user, Expectations(per_user), ALPHA)
-             if c.study == losses.STUDY]
+    found = [c for c in _judged(_load(path)) if c.study == losses.STUDY]
     said = []
     for comparison in found:
         rows = comparison.first.get((LEAVE_ONE_OUT, "full"), [])
