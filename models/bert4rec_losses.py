@@ -33,7 +33,6 @@ from recbench.models.base import ScoreFactors, require_choice
 from recbench.models.bert4rec import BERT4Rec, BERT4RecConfig
 from recbench.models.loss_family import LossFamily, LossSettings
 
-
 OUTPUT_HEADS = ("bert4rec", "item-embedding")
 
 

@@ -480,8 +480,8 @@ def losses_summary(reference: Path) -> str:
     link = f"[losses study](results/REPRODUCTION.md#{LOSSES_SECTION})"
     if not path.is_file():
         return (f"Beyond the paper, the {link} (gBCE, sampled softmax with and without logQ and the full softmax on "
-                "SASRec's network, BERT4Rec's Cloze objective with its softmax and with gBCE) has no converged run kept "
-                "yet.\n")
+                "SASRec's network, BERT4Rec's Cloze objective with its softmax and with gBCE) has no converged run "
+                "kept yet.\n")
     found = [c for c in _judged(_load(path)) if c.study == losses.STUDY]
     said = []
     for comparison in found:
@@ -494,10 +494,11 @@ def losses_summary(reference: Path) -> str:
         said.append(f"{rows[0].variant} {change:+.1f}% on {names.dataset_name(rows[0].dataset)} "
                     f"({len(rows)} seed{'s' if len(rows) > 1 else ''}, {verdict})")
     if not said:
-        return (f"Beyond the paper, the {link} has runs kept but none yet beside its full-softmax reference on the same "
-                f"dataset ({_source([path])}).\n")
-    return (f"Beyond the paper, in the {link}, against the full softmax on SASRec's network (SASRec-CE; full-ranking NDCG@10, labelled by paired "
-            f"tests over users; only a robust change is one): {'; '.join(said)} ({_source([path])}).\n")
+        return (f"Beyond the paper, the {link} has runs kept but none yet beside its full-softmax reference on the "
+                f"same dataset ({_source([path])}).\n")
+    return (f"Beyond the paper, in the {link}, against the full softmax on SASRec's network (SASRec-CE; "
+            "full-ranking NDCG@10, labelled by paired tests over users; only a robust change is one): "
+            f"{'; '.join(said)} ({_source([path])}).\n")
 
 
 def table2(reference: Path) -> str:
@@ -531,10 +532,10 @@ def claims_summary(reference: Path) -> str:
             f"paper ([the ledger](results/REPRODUCTION.md#which-comparisons-hold); {_source(read)}).\n")
 
 
-BLOCKS = {"paper-comparison": paper_comparison, "gap-tests": gap_tests, "cost": cost, "runs": runs, "curves": curves, "table5": table5,
-          "ablation-curves": ablation_curves, "probes": probes, "refits": refits, "splits": split_tables,
-          "tuning": tuning_searches, "speed": speed, "anchors": anchor_tables, "losses": loss_tables,
-          "ledger": ledger, "claims-summary": claims_summary, "table2": table2,
+BLOCKS = {"paper-comparison": paper_comparison, "gap-tests": gap_tests, "cost": cost, "runs": runs, "curves": curves,
+          "table5": table5, "ablation-curves": ablation_curves, "probes": probes, "refits": refits,
+          "splits": split_tables, "tuning": tuning_searches, "speed": speed, "anchors": anchor_tables,
+          "losses": loss_tables, "ledger": ledger, "claims-summary": claims_summary, "table2": table2,
           "losses-summary": losses_summary}
 
 
