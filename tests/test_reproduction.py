@@ -216,7 +216,7 @@ def test_a_gap_is_resolved_against_the_runs_own_spread_pooled_over_the_dataset(t
                     row["metrics"]["NDCG@10"] = value
                     rows.append(row)
         (tmp_path / f"converge-{dataset}.json").write_text(json.dumps({"rows": rows}))
-    sentence = reproduction.gap_tests(tmp_path)
+    block = reproduction.gaps(tmp_path)
     squares = [(np.log(a) - np.log(b)) ** 2 / 2 for a, b in (values[("ml-1m", m)] for m in ("bprmf", "caser",
                                                                                              "fpmc"))]
     noise = np.sqrt(sum(squares) / 3 * 1.5)  # pooled variance (3 rows, 1 degree of freedom each), × (1/2 + 1)
@@ -224,8 +224,24 @@ def test_a_gap_is_resolved_against_the_runs_own_spread_pooled_over_the_dataset(t
     p = {m: 2 * stats.t.sf(abs(gaps[m]) / noise, 3) for m in gaps}
     holm = {m: min(1.0, 2 * p[m]) if p[m] == min(p.values()) else max(min(1.0, 2 * min(p.values())), p[m])
             for m in p}
-    assert "these 3 gaps" in sentence and "ML-1m 3" in sentence and "Beauty" not in sentence.split("freedom:")[1][:15]
-    assert f"ML-1m BPR-MF (p = {holm['bprmf']:.2g})" in sentence.split("not resolved")[0]
-    assert f"ML-1m Caser (p = {holm['caser']:.2g})" in sentence.split("not resolved:")[1]
-    assert "FPMC" not in sentence.replace("Beauty FPMC", "")  # ML-1m's FPMC equals the paper's
-    assert "not tested, no row of its dataset has two seeds: Beauty FPMC." in sentence
+    listed = {re.match(r"- \*\*(.+?)\*\*", line).group(1): line for line in block.splitlines()
+              if line.startswith("- ")}
+    assert "(degrees of freedom: ML-1m 3)" in block
+    assert set(listed) == {"Beauty FPMC", "ML-1m BPR-MF", "ML-1m Caser"}  # ML-1m's FPMC equals the paper's
+    assert f"below the paper (ours / paper {(0.5 + 0.51) / 2:.2f}): resolved, p = {holm['bprmf']:.2g}" in listed["ML-1m BPR-MF"]
+    assert f"below the paper (ours / paper {(0.95 + 0.96) / 2:.2f}): not resolved, p = {holm['caser']:.2g}" in listed["ML-1m Caser"]
+    assert "not tested: no row of its dataset has two seeds" in listed["Beauty FPMC"]
+
+
+def test_each_gap_links_the_section_of_the_reproduction_that_accounts_for_it():
+    """The link goes to the heading naming the model, on the dataset where a heading names one; every anchor is a
+    heading of the reproduction document."""
+    text = reproduction.DOCUMENTS[1].read_text(encoding="utf-8")
+    anchors = {re.sub(r"[^\w\s-]", "", h.lower()).strip().replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", text, re.M)}
+    assert reproduction._gap_section("beauty", "bert4rec") == "bert4rec-on-beauty"
+    assert reproduction._gap_section("ml-1m", "bert4rec") == "bert4rec-on-ml-1m"
+    assert reproduction._gap_section("ml-1m", "gru4rec+") == "gru4rec-and-gru4rec"
+    assert reproduction._gap_section("beauty", "sasrec") == "sasrec"  # not SASRec-CE's section
+    links = re.findall(r"\(results/REPRODUCTION\.md#([\w-]+)\)", README.read_text(encoding="utf-8"))
+    assert links and set(links) <= anchors
