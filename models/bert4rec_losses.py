@@ -18,7 +18,8 @@ The negatives are drawn from the n items only, never from the special tokens of 
 masked positions (``"sequence"``); the rest of the sampler (:mod:`models.loss_family`) is SASRec's family's.
 
 Registered defaults (``benchmarks/configs/gbert4rec.toml``): BERT4Rec's network, Cloze copies and schedule per
-dataset and profile, unchanged, so that the loss is the only change; gBCE with k = 256 uniform negatives per
+dataset and profile, unchanged but for the converge profile's patience, which waits out gBCE's plateau at POP's level
+as gSASRec's does, so that the loss is the only other change; gBCE with k = 256 uniform negatives per
 position and t = 0.75, the values the gSASRec README recommends (no configuration in the authors' code sets
 gBERT4Rec's). Where this differs from the authors' code is in ``models/fidelity.md``.
 """
