@@ -207,7 +207,7 @@ def test_settings_that_cannot_train_say_so_in_one_line(changes, message):
 def test_the_registered_settings_are_bert4recs_with_gbce_added(profile):
     """BERT4Rec's network and schedule, but for the converge profile's stopping: gBCE's plateau outlasts BERT4Rec's
     patience, so gBERT4Rec waits as gSASRec does (gbert4rec.toml)."""
-    waits = {"valid_every", "patience"} if profile == "converge" else set()
+    waits = {"valid_every", "patience", "max_epochs"} if profile == "converge" else set()
     for dataset in ("beauty", "ml-1m", "ml-20m", "steam", "synthetic"):
         ours, bert4rec = resolve("gbert4rec", dataset, profile), resolve("bert4rec", dataset, profile)
         for field in (f.name for f in dataclasses.fields(BERT4RecConfig)):
@@ -217,7 +217,8 @@ def test_the_registered_settings_are_bert4recs_with_gbce_added(profile):
                 assert getattr(ours.train, field) == getattr(bert4rec.train, field), (dataset, field)
         if waits:
             gsasrec = resolve("gsasrec", dataset, profile).train
-            assert (ours.train.valid_every, ours.train.patience) == (gsasrec.valid_every, gsasrec.patience) == (2, 50)
+            waited = (ours.train.valid_every, ours.train.patience, ours.train.max_epochs)
+            assert waited == (gsasrec.valid_every, gsasrec.patience, gsasrec.max_epochs) == (2, 50, 1000)
         loss = ours.model
         assert (loss.loss, loss.negatives, loss.gbce_t, loss.sampler, loss.logq, loss.negatives_per,
                 loss.exclude_seen) == ("gbce", 256, 0.75, "uniform", False, "position", False)
