@@ -108,13 +108,16 @@ def paper_comparison(reference: Path) -> str:
 GAPS_SECTION = "## Where ours and the paper part"  # the reproduction document's account of each gap
 
 
-def _gap_section(dataset: str, model: str) -> str:
-    """The anchor of the reproduction document's section on a gap: the heading under :data:`GAPS_SECTION` that names
-    the model (and the dataset where a heading names one, "BERT4Rec on Beauty"), else the whole section."""
+def _gap_headings() -> list[str]:
+    """The headings under :data:`GAPS_SECTION` of the reproduction document, one per gap's account."""
     text = DOCUMENTS[1].read_text(encoding="utf-8")
     part = text[text.index(GAPS_SECTION):]
-    part = part[:part.find("\n## ", len(GAPS_SECTION))]
-    headings = re.findall(r"^### (.+)$", part, re.M)
+    return re.findall(r"^### (.+)$", part[:part.find("\n## ", len(GAPS_SECTION))], re.M)
+
+
+def _gap_section(dataset: str, model: str, headings: list[str]) -> str:
+    """The anchor of the account of a gap among :func:`_gap_headings`: the heading that names the model (and the
+    dataset where a heading names one, "BERT4Rec on Beauty"), else the whole section."""
     named = [h for h in headings if names.model_name(model) in re.split(r"[\s,:]+", h)]
     on_dataset = [h for h in named if h.endswith(f" on {names.dataset_name(dataset)}")]
     generic = [h for h in named if not re.search(r" on \S+$", h)]
@@ -147,7 +150,7 @@ def gaps(reference: Path) -> str:
         t = (logs.mean() - np.log(paper)) / np.sqrt(total / df * (1 / len(logs) + 1)) if df else None
         found.append((rows[0].dataset, rows[0].model, name, ratio, 2 * stats.t.sf(abs(t), df) if df else None))
     adjusted = iter(holm([pvalue for *_, pvalue in found if pvalue is not None]))
-    lines = []
+    headings, lines = _gap_headings(), []
     for dataset, model, name, ratio, pvalue in found:
         if pvalue is None:
             verdict = "not tested: no row of its dataset has two seeds"
@@ -156,7 +159,7 @@ def gaps(reference: Path) -> str:
             verdict = f"{'resolved' if p < GAP_ALPHA else 'not resolved'}, p = {p:.2g}"
         lines.append(f"- **{names.dataset_name(dataset)} {name}** {'below' if ratio < 1 else 'above'} the paper "
                      f"(ours / paper {ratio:.2f}): {verdict} "
-                     f"([account](results/REPRODUCTION.md#{_gap_section(dataset, model)})).")
+                     f"([account](results/REPRODUCTION.md#{_gap_section(dataset, model, headings)})).")
     freedom = ", ".join(f"{names.dataset_name(d)} {df}" for d, (_, df) in sorted(spread.items()) if df)
     return (f"Where ours and the paper part by more than {GAP_BAND:.0%} on NDCG@10, and whether the runs resolve "
             f"each gap: a t-test of the row's mean log NDCG@10 against the published figure's, with a run's noise "

@@ -237,12 +237,13 @@ def test_a_gap_is_resolved_against_the_runs_own_spread_pooled_over_the_dataset(t
 def test_each_gap_links_the_section_of_the_reproduction_that_accounts_for_it():
     """The link goes to the heading naming the model, on the dataset where a heading names one; every anchor is a
     heading of the reproduction document."""
-    text = reproduction.DOCUMENTS[1].read_text(encoding="utf-8")
-    anchors = {re.sub(r"[^\w\s-]", "", h.lower()).strip().replace(" ", "-")
-               for h in re.findall(r"^#+ (.+)$", text, re.M)}
-    assert reproduction._gap_section("beauty", "bert4rec") == "bert4rec-on-beauty"
-    assert reproduction._gap_section("ml-1m", "bert4rec") == "bert4rec-on-ml-1m"
-    assert reproduction._gap_section("ml-1m", "gru4rec+") == "gru4rec-and-gru4rec"
-    assert reproduction._gap_section("beauty", "sasrec") == "sasrec"  # not SASRec-CE's section
+    from tests.test_docs import headings as anchors_of
+
+    anchors = anchors_of(reproduction.DOCUMENTS[1].read_text(encoding="utf-8"))
+    found = reproduction._gap_headings()
+    assert reproduction._gap_section("beauty", "bert4rec", found) == "bert4rec-on-beauty"
+    assert reproduction._gap_section("ml-1m", "bert4rec", found) == "bert4rec-on-ml-1m"
+    assert reproduction._gap_section("ml-1m", "gru4rec+", found) == "gru4rec-and-gru4rec"
+    assert reproduction._gap_section("beauty", "sasrec", found) == "sasrec"  # not SASRec-CE's section
     links = re.findall(r"\(results/REPRODUCTION\.md#([\w-]+)\)", README.read_text(encoding="utf-8"))
     assert links and set(links) <= anchors
