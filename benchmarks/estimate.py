@@ -10,7 +10,8 @@ either. Where a converged reference run of the same model on the same dataset an
 expected figure: its steps up to the epoch at which early stopping ended that run (the latest over its seeds). A
 plan's own jobs that have finished (rows written, or reused from another folder), and the other finished jobs of
 its output folder, count before those files (:func:`finished_stops`): they share the settings the reference run may
-not (a study's dropout, say).
+not (a study's dropout, say). A job that a reference file holds already, same key, is expected to stop where that
+row did (:func:`reference_job_stops`): a rerun of the reproduction's own commands.
 Validation, the test pass and the one-off preparation of training examples are not included: mostly small, but a
 model that scores each (user, item) pair through a network ranks slowly (NCF's full-ranking test pass on Beauty,
 40,226 users against 54,542 items, takes over an hour on one thread).
@@ -218,6 +219,24 @@ def reference_stops(folder: Path = REFERENCE) -> dict[tuple[str, str, str, int],
     return stops
 
 
+def reference_job_stops(folder: Path = REFERENCE) -> dict[str, tuple[int, str]]:
+    """{job key: (epochs, source)} of the reference rows in ``folder`` (every ``*.json`` holding ``rows``) that
+    early stopping ended. A planned job of the same key is the same computation, so it is expected to stop where
+    that row did; closer than its model's reference run, which another setting may part from it (Table 5's variants
+    at dropout 0.1 stopped between epochs 45 and 191, the profile's BERT4Rec reference run at 146)."""
+    stops = {}
+    for path in sorted(Path(folder).glob("*.json")):
+        content = json.loads(path.read_text())
+        rows = content.get("rows") if isinstance(content, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            if not isinstance(row, dict) or row.get("stopped_by") != "early stopping" or not row.get("key"):
+                continue
+            if row["key"] not in stops or row["epochs_run"] > stops[row["key"]][0]:
+                stops[row["key"]] = (row["epochs_run"], f"the same job did (epoch {row['epochs_run']}, "
+                                                        f"results/reference/{path.name})")
+    return stops
+
+
 def finished_stops(runs) -> dict[tuple[str, str, str, int], tuple[int, str]]:
     """{(dataset, model, profile, patience): (epochs, source)}, as :func:`reference_stops` gives them, from a plan's
     finished jobs: ``runs`` holds (run id, one of its result rows, where) for each (a job's rows share its training,
@@ -300,9 +319,10 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
     """{job key: :class:`Estimate`} for ``planned`` jobs (:func:`benchmarks.planner.plan_grid`) on ``datasets``,
     timed on ``device`` with the CPU threads each job will get (``threads``, else the cores divided by ``n_jobs``).
     Jobs that differ only in seed or in trainer settings other than the precision they train in share one
-    measurement. ``stops`` (:func:`reference_stops`) gives an early-stopped job of the same (dataset, model,
-    profile, patience) its expected figure; every variant and size of a model is assumed to stop where its
-    reference run did."""
+    measurement. ``stops`` gives an early-stopped job its expected figure: by its key where a row of the same job
+    stopped early (:func:`reference_job_stops`), else by its (dataset, model, profile, patience)
+    (:func:`reference_stops`, :func:`finished_stops`), every variant and size of a model then assumed to stop
+    where that run did."""
     device = resolve_device(device)
     previous_threads = torch.get_num_threads()
     previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
@@ -324,7 +344,9 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
             steps, exact = planned_steps(job.config.train, n_examples)
             seconds, budget = steps * per_step, job.config.train.time_budget_s
             capped = budget is not None and budget < seconds
-            stop = (stops or {}).get((job.job.dataset, job.job.model, job.profile, job.config.train.patience))
+            stops = stops or {}
+            stop = stops.get(job.key) or stops.get((job.job.dataset, job.job.model, job.profile,
+                                                    job.config.train.patience))
             expected = (min(steps, stop[0] * math.ceil(n_examples / job.config.train.batch_size)) * per_step
                         if stop and not exact and not capped else None)
             estimates[job.key] = Estimate(budget if capped else seconds, steps, per_step, exact,

@@ -28,6 +28,7 @@ from recbench.benchmarks.estimate import (
     duration,
     estimate_jobs,
     planned_steps,
+    reference_job_stops,
     reference_stops,
     seconds_per_step as estimate_seconds_per_step,
 )
@@ -335,6 +336,7 @@ def test_the_committed_reference_runs_read_as_a_studys_time_estimate_reads_them(
     stops = reference_stops()
     assert {("ml-1m", "sasrec", "converge", 10), ("beauty", "sasrec", "converge", 10)} <= stops.keys()
     assert all(dataset in names.DATASETS and epochs > 0 for (dataset, *_), (epochs, _) in stops.items())
+    assert all(epochs > 0 for epochs, _ in reference_job_stops().values())  # every rows file reads, none refuses
 
 
 def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp_path):
@@ -364,6 +366,29 @@ def test_a_converged_reference_run_gives_early_stopped_jobs_an_expected_time(tmp
     assert "at once" not in text
     two = plan_lines(planned, {job.key: sasrec for job in planned}, n_jobs=2)[-1]
     assert two.startswith("with 2 jobs at once: ≈ ") and f"(≤ {duration(sasrec.seconds)})" in two  # one job: its own
+
+
+def test_a_job_a_reference_file_holds_is_expected_to_stop_where_that_row_did(tmp_path):
+    # a rerun of the reproduction's commands: the stored row of the same key says where its job stops (Table 5's
+    # variants stopped at epochs 45-191 where BERT4Rec's reference run stopped at 146), before the model's run
+    jobs = cloze_jobs(["chain"], models=["sasrec"], overrides=("max_len=8", "max_epochs=50", "patience=5"))
+    options = RunOptions(output=tmp_path / "out", protocols=("pop100",), profile="smoke", device="cpu")
+    planned, datasets = plan_grid(jobs, options, preloaded={"chain": chain_data(n_users=60)}, log=lambda *_: None)
+    (job,) = planned
+    row = {"key": job.key, "stopped_by": "early stopping", "epochs_run": 7}
+    rows = [{**row, "protocol": "full"}, {**row, "protocol": "pop100"}, {"key": "other", "stopped_by": "early stopping",
+                                                                          "epochs_run": 40},
+            {"key": "capped", "stopped_by": "max_epochs", "epochs_run": 50}]
+    (tmp_path / "rows-probe-chain.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "notes.json").write_text(json.dumps(["not a rows file"]))
+    stops = reference_job_stops(tmp_path)
+    assert stops == {job.key: (7, "the same job did (epoch 7, results/reference/rows-probe-chain.json)"),
+                     "other": (40, "the same job did (epoch 40, results/reference/rows-probe-chain.json)")}
+    model_run = {("chain", "sasrec", "smoke", 5): (3, "the converged sasrec run did (epoch 3)")}
+    (sasrec,) = estimate_jobs(planned, datasets, device="cpu", threads=1, log=lambda *_: None,
+                              stops={**model_run, **stops}).values()
+    assert sasrec.expected == pytest.approx(7 * sasrec.per_step)  # one batch an epoch; the same job's 7, not 3
+    assert "if it stops where the same job did (epoch 7, results/reference/rows-probe-chain.json)" in sasrec.describe()
 
 
 def test_a_plans_own_early_stopped_jobs_set_where_its_other_jobs_are_expected_to_stop(tmp_path):

@@ -22,6 +22,7 @@ from recbench.benchmarks.estimate import (
     estimate_jobs,
     finished_stops,
     memory_lines,
+    reference_job_stops,
     reference_stops,
     total_lines,
 )
@@ -240,7 +241,8 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
     not trained yet for the resumed ones, all of them for the rest. Where the done and reused jobs stopped early
     is where the others of their model are expected to stop, before the reference runs (:func:`finished_stops`), as
     is where the jobs of the output folder outside this plan stopped (an earlier run of a study with other
-    ``--variants``)."""
+    ``--variants``); a job a reference file holds, same key, is expected where that row stopped
+    (:func:`reference_job_stops`)."""
     twins = twins or {}
     rows = store.rows if args.resume else []
     finished = store.finished(planned, rows)
@@ -257,7 +259,7 @@ def training_left(planned: list, datasets: dict, store: ResultStore, args: argpa
     own += [(job.run_id, twins[job.key].rows[0], f"reused from {twins[job.key].folder}") for job in planned
             if job.key in twins]
     estimates = estimate_jobs(pending, datasets, device=args.device, threads=args.threads, n_jobs=args.jobs,
-                              stops={**reference_stops(), **finished_stops(own)})
+                              stops={**reference_stops(), **finished_stops(own), **reference_job_stops()})
     return {key: estimate.after(resumed[key]) if key in resumed else estimate for key, estimate in estimates.items()}
 
 
