@@ -72,9 +72,9 @@ def plan_grid(jobs: list[Job], options: RunOptions, *, preloaded: dict | None = 
 
 def _model_sources(jobs: list[Job], options: RunOptions) -> dict[str, dict]:
     """The origin of each model from outside the suite (``models.model_origin``) with the commit of the git
-    checkout its file lives in (None outside one). Raises :class:`GridError` naming every model that does not
-    resolve, whose file changed after this process imported it, or that the jobs' worker processes could not
-    import (a class handed over in this process only)."""
+    checkout its file lives in (None outside one, or where that checkout does not track the file). Raises
+    :class:`GridError` naming every model that does not resolve, whose file changed after this process imported
+    it, or that the jobs' worker processes could not import (a class handed over in this process only)."""
     sources, problems = {}, []
     elsewhere = options.n_jobs > 1 or options.dask_scheduler
     for name in dict.fromkeys(job.model for job in jobs):
@@ -92,7 +92,7 @@ def _model_sources(jobs: list[Job], options: RunOptions) -> dict[str, dict]:
                             f"processes cannot build it; move it into a module on PYTHONPATH, or run one job at "
                             f"a time (n_jobs=1, no Dask)")
         folder = Path(origin["file"]).parent if origin["file"] else None
-        sources[name] = {**origin, "commit": checkout_commit(folder) if folder else None}
+        sources[name] = {**origin, "commit": checkout_commit(folder, tracking=origin["file"]) if folder else None}
     if problems:
         raise GridError("\n".join(problems))
     return sources

@@ -20,13 +20,19 @@ COMMIT_ENV = "RECBENCH_COMMIT"
 def git_commit() -> str:
     """The checkout's commit, "-dirty" when its code differs; else ``$RECBENCH_COMMIT``; else "unknown"."""
     # Changed code makes a result "-dirty"; rewritten result files (results/reference/) do not.
-    return checkout_commit(ROOT, (".", ":!results")) or os.environ.get(COMMIT_ENV) or "unknown"
+    return (checkout_commit(ROOT, (".", ":!results"), tracking=Path(__file__)) or os.environ.get(COMMIT_ENV)
+            or "unknown")
 
 
-def checkout_commit(folder: str | Path, paths: tuple = ()) -> str | None:
+def checkout_commit(folder: str | Path, paths: tuple = (), tracking: str | Path | None = None) -> str | None:
     """The commit of the git checkout that holds ``folder`` (a user's model, the suite), "-dirty" when tracked
-    files (of ``paths``, default all) differ from it; None outside a git checkout."""
+    files (of ``paths``, default all) differ from it; None outside a git checkout, and None where that checkout
+    does not track the file ``tracking``: a copy of the code in an untracked or ignored folder of another
+    checkout, whose commit would name other code."""
     try:
+        if tracking is not None:
+            subprocess.run(["git", "ls-files", "--error-unmatch", "--", str(tracking)], cwd=folder,
+                           capture_output=True, check=True)
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True,
                                 check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *paths],

@@ -193,6 +193,18 @@ def test_rows_name_the_commit_of_the_checkout_the_model_lives_in(own, tmp_path):
     assert again["key"][0] == results["key"][0] and again["model_source"][0]["commit"] == f"{head}-dirty"
 
 
+def test_a_model_in_a_folder_its_checkout_ignores_names_no_commit(own, tmp_path):
+    # the enclosing checkout's commit would name other code than the model that ran
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-C", str(own.root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (own.root / ".gitignore").write_text(f"{own.package}/\n")
+    subprocess.run([*git, "add", ".gitignore"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "the model's folder is ignored"], check=True)
+    results = run({"tiny": log_frame()}, [own.model], output=tmp_path / "out", settings=["max_epochs=1"],
+                  progress=False, cache_dir=tmp_path / "cache", log=lambda *a: None)
+    assert results["model_source"][0]["commit"] is None
+
+
 # --------------------------------------------------------------------------------------- the Python API
 
 API_SCRIPT = """
