@@ -424,7 +424,8 @@ def speed(reference: Path) -> str:
 
 def _anchor_candidates(reference: Path) -> tuple[dict[str, dict[str, dict[str, list[Row]]]], list[Path]]:
     """{dataset: {configuration: {protocol: rows}}}: every model of the converge profile, the rows chosen on
-    validation and each loss of the losses study; and the files read."""
+    validation and each loss of the losses study but those whose runs are all the profile's own (the study reuses
+    Table 2's SASRec, SASRec-CE and BERT4Rec jobs: one configuration, listed once); and the files read."""
     candidates, read = {}, []
     for dataset in DATASETS:
         path = reference / f"converge-{dataset}.json"
@@ -441,10 +442,19 @@ def _anchor_candidates(reference: Path) -> tuple[dict[str, dict[str, dict[str, l
     path = reference / LOSSES
     if path.is_file():
         read.append(path)
+        listed = {dataset: {_trained_key(row) for configuration in found.values()
+                            for rows in configuration.values() for row in rows}
+                  for dataset, found in candidates.items()}
         for (dataset, variant, protocol), rows in tables.group(
                 _load(path).select(study=losses.STUDY, task=losses.RANKING), "dataset", "variant", "protocol").items():
-            candidates.setdefault(dataset, {}).setdefault(f"losses study: {variant}", {})[protocol] = rows
+            if not {_trained_key(row) for row in rows} <= listed.get(dataset, set()):
+                candidates.setdefault(dataset, {}).setdefault(f"losses study: {variant}", {})[protocol] = rows
     return candidates, read
+
+
+def _trained_key(row: Row) -> str:
+    """The key of the job that trained ``row``: a reused row's source job, whose key the study's differs from."""
+    return (row.get("reused_from") or {}).get("key") or row.get("key")
 
 
 def anchor_tables(reference: Path) -> str:

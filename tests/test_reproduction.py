@@ -195,6 +195,24 @@ def test_readmes_losses_sentence_names_each_change_with_its_label(tmp_path):
         "losses_quality_vs_time_full", "losses_curves_beauty"}
 
 
+def test_a_losses_row_reused_from_table_2s_job_is_one_candidate_for_the_anchors_not_two(tmp_path):
+    # the study takes Table 2's SASRec-CE job under its own key (reused_from names the job): listing it again as
+    # "losses study: full softmax" would show one run twice among the configurations validation chose from
+    table2 = {dataset: [ranking_row(tmp_path, dataset, "sasrec-ce", 0, protocol, key=f"{dataset}-main-job")
+                        for protocol in ("full", "pop100")] for dataset in ("beauty", "ml-1m")}
+    for dataset, rows in table2.items():
+        (tmp_path / f"converge-{dataset}.json").write_text(json.dumps({"rows": rows}))
+    study = [ranking_row(tmp_path, "beauty", "sasrec-ce", 0, protocol, study="losses", variant="full softmax",
+                         key="study-key", reused_from={"key": "beauty-main-job", "folder": "elsewhere"})
+             for protocol in ("full", "pop100")]
+    study += [ranking_row(tmp_path, "beauty", "gsasrec", 0, protocol, study="losses", variant="gBCE", key="gbce")
+              for protocol in ("full", "pop100")]
+    (tmp_path / reproduction.LOSSES).write_text(json.dumps({"rows": study}))
+    candidates, _ = reproduction._anchor_candidates(tmp_path)
+    assert sorted(candidates["beauty"]) == ["SASRec-CE", "losses study: gBCE"]
+    assert sorted(candidates["ml-1m"]) == ["SASRec-CE"]
+
+
 def test_a_gap_is_resolved_against_the_runs_own_spread_pooled_over_the_dataset(tmp_path):
     """Two rows of two seeds on ML-1m: their log spread pooled (2 degrees of freedom) is the noise of a run, the
     paper's figure one run of it; a far gap is resolved, a near one (outside the 3% band) is not, and a row inside
