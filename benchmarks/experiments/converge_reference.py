@@ -424,6 +424,17 @@ def _twins(row: dict, twins: dict) -> dict | None:
 IDENTITY = ("key", "run_id", "study", "variant", "sweep", "per_user_file", "attention_file", "reused_from")
 
 
+def _difference(stored: dict, retraced: dict) -> str:
+    """How a retrained row's metrics part from the stored ones, in one short clause: NDCG@10 both ways, how many
+    metrics differ and the largest relative difference among those both sides have."""
+    differ = [metric for metric, value in retraced.items() if stored.get(metric) != value]
+    relative = {metric: abs(retraced[metric] / stored[metric] - 1) for metric in differ
+                if isinstance(stored.get(metric), float) and isinstance(retraced[metric], float) and stored[metric]}
+    largest = max(relative, key=relative.get, default=None)
+    return (f"NDCG@10 {stored.get('NDCG@10')!r} stored, {retraced.get('NDCG@10')!r} retraced; {len(differ)} of "
+            f"{len(retraced)} metrics differ" + (f", the most {relative[largest]:.2%} ({largest})" if largest else ""))
+
+
 def retraced(folder: Path, output: Path, replace: bool = False) -> list[str]:
     """Give each row of the reference files in ``output`` that lacks its per-user file the file of ``folder``'s row
     of the same job (:func:`_twins`), seed, protocol and split, where the metrics agree (with ``replace``, wherever
@@ -446,9 +457,8 @@ def retraced(folder: Path, output: Path, replace: bool = False) -> list[str]:
                 continue
             same = twin["metrics"] == row["metrics"]
             if not same and not replace:
-                shown = ", ".join(f"{metric} {row['metrics'].get(metric)!r} stored, {value!r} retraced"
-                                  for metric, value in twin["metrics"].items() if row["metrics"].get(metric) != value)
-                differing.append(f"{path.name}: {row.get('run_id')} {row.get('protocol')}: {shown}")
+                differing.append(f"{path.name}: {row.get('run_id')} {row.get('protocol')}: "
+                                 f"{_difference(row['metrics'], twin['metrics'])}")
                 continue
             name = name or twin["per_user_file"]
             kept["rows"][number] = ({**row, "per_user_file": name} if same else
