@@ -254,6 +254,9 @@ def ablation_curves(reference: Path) -> str:
     return _figure_block(found, "Table 5's runs: validation NDCG@10 of each variant against epochs and seconds")
 
 
+NOTHING_CHANGED = "nothing (another run)"
+
+
 def _changed(row: Row, profile: list[Row]) -> str:
     """The settings in which ``row`` differs from the profile's row of its model, dataset and seed."""
     base = next((r for r in profile if (r.model, r.seed) == (row.model, row.seed)), None)
@@ -262,7 +265,7 @@ def _changed(row: Row, profile: list[Row]) -> str:
     ours, theirs = row_settings(row.raw), row_settings(base.raw)
     ours["precision"], theirs["precision"] = row.get("precision", "fp32"), base.get("precision", "fp32")
     return ", ".join(f"{name.replace('_', ' ')} {ours.get(name)}" for name in sorted(ours.keys() | theirs.keys())
-                     if ours.get(name) != theirs.get(name)) or "nothing (another run)"
+                     if ours.get(name) != theirs.get(name)) or NOTHING_CHANGED
 
 
 def _change(value: float | None, against: float | None) -> Cell:
@@ -424,8 +427,10 @@ def speed(reference: Path) -> str:
 
 def _anchor_candidates(reference: Path) -> tuple[dict[str, dict[str, dict[str, list[Row]]]], list[Path]]:
     """{dataset: {configuration: {protocol: rows}}}: every model of the converge profile, the rows chosen on
-    validation and each loss of the losses study but those whose runs are all the profile's own (the study reuses
-    Table 2's SASRec, SASRec-CE and BERT4Rec jobs: one configuration, listed once); and the files read."""
+    validation, each probe's setting (labelled by what it changes against the profile's row, :func:`_changed`), each
+    loss of the losses study, but those whose runs are all listed already (the study reuses Table 2's SASRec,
+    SASRec-CE and BERT4Rec jobs, the chosen rows are a probe's: one configuration, listed once); and the files
+    read."""
     candidates, read = {}, []
     for dataset in DATASETS:
         path = reference / f"converge-{dataset}.json"
@@ -439,16 +444,28 @@ def _anchor_candidates(reference: Path) -> tuple[dict[str, dict[str, dict[str, l
             read.append(reference / CHOSEN.format(dataset=dataset))
             found[choice[0]] = tables.group(choice[1].select(study="main", task=losses.RANKING), "protocol")
             found[choice[0]] = {protocol: rows for (protocol,), rows in found[choice[0]].items()}
+    found = {}
+    for path in sorted(p for p in reference.glob("*.json") if PROBES.fullmatch(p.name)):
+        read.append(path)
+        for row in _load(path).select(study="main", task=losses.RANKING):
+            if row.dataset not in DATASETS:
+                continue
+            changed = _changed(row, _load(reference / f"converge-{row.dataset}.json").select(study="main",
+                                                                                          model=row.model))
+            if changed not in ("–", NOTHING_CHANGED):  # a seed the profile lacks, or the profile's own setting
+                found.setdefault((row.dataset, f"{names.model_name(row.model)}, {changed}", row.protocol),
+                                 []).append(row)
     path = reference / LOSSES
     if path.is_file():
         read.append(path)
-        listed = {dataset: {_trained_key(row) for configuration in found.values()
-                            for rows in configuration.values() for row in rows}
-                  for dataset, found in candidates.items()}
         for (dataset, variant, protocol), rows in tables.group(
                 _load(path).select(study=losses.STUDY, task=losses.RANKING), "dataset", "variant", "protocol").items():
-            if not {_trained_key(row) for row in rows} <= listed.get(dataset, set()):
-                candidates.setdefault(dataset, {}).setdefault(f"losses study: {variant}", {})[protocol] = rows
+            found[(dataset, f"losses study: {variant}", protocol)] = rows
+    listed = {dataset: {_trained_key(row) for configuration in by_name.values() for rows in configuration.values()
+                        for row in rows} for dataset, by_name in candidates.items()}
+    for (dataset, configuration, protocol), rows in found.items():
+        if not {_trained_key(row) for row in rows} <= listed.get(dataset, set()):
+            candidates.setdefault(dataset, {}).setdefault(configuration, {})[protocol] = rows
     return candidates, read
 
 

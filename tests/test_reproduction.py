@@ -195,7 +195,7 @@ def test_readmes_losses_sentence_names_each_change_with_its_label(tmp_path):
         "losses_quality_vs_time_full", "losses_curves_beauty"}
 
 
-def test_a_losses_row_reused_from_table_2s_job_is_one_candidate_for_the_anchors_not_two(tmp_path):
+def test_the_anchors_choose_among_every_configuration_trained_each_listed_once(tmp_path):
     # the study takes Table 2's SASRec-CE job under its own key (reused_from names the job): listing it again as
     # "losses study: full softmax" would show one run twice among the configurations validation chose from
     table2 = {dataset: [ranking_row(tmp_path, dataset, "sasrec-ce", 0, protocol, key=f"{dataset}-main-job")
@@ -208,9 +208,14 @@ def test_a_losses_row_reused_from_table_2s_job_is_one_candidate_for_the_anchors_
     study += [ranking_row(tmp_path, "beauty", "gsasrec", 0, protocol, study="losses", variant="gBCE", key="gbce")
               for protocol in ("full", "pop100")]
     (tmp_path / reproduction.LOSSES).write_text(json.dumps({"rows": study}))
-    candidates, _ = reproduction._anchor_candidates(tmp_path)
+    # a probe that changed a setting is a configuration of its own; one that changed nothing is the profile's
+    probes = [ranking_row(tmp_path, "ml-1m", "sasrec-ce", 0, protocol, hidden=hidden, key=f"probe-{hidden}")
+              for protocol in ("full", "pop100") for hidden in (128, 64)]
+    (tmp_path / "rows-probe-ml-1m-wider.json").write_text(json.dumps({"rows": probes}))
+    candidates, read = reproduction._anchor_candidates(tmp_path)
     assert sorted(candidates["beauty"]) == ["SASRec-CE", "losses study: gBCE"]
-    assert sorted(candidates["ml-1m"]) == ["SASRec-CE"]
+    assert sorted(candidates["ml-1m"]) == ["SASRec-CE", "SASRec-CE, hidden 128"]
+    assert tmp_path / "rows-probe-ml-1m-wider.json" in read
 
 
 def test_a_gap_is_resolved_against_the_runs_own_spread_pooled_over_the_dataset(tmp_path):
