@@ -328,7 +328,7 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
     previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // max(1, n_jobs)))
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)  # as the worker trains
-    measured, estimates, limit = {}, {}, machine_memory_mb(device)
+    measured, estimates, limit, stops = {}, {}, machine_memory_mb(device), stops or {}
     try:
         for job in planned:
             if not issubclass(model_class(job.job.model), NeuralRecommender):
@@ -344,7 +344,6 @@ def estimate_jobs(planned: list, datasets: dict, device: str = "auto", threads: 
             steps, exact = planned_steps(job.config.train, n_examples)
             seconds, budget = steps * per_step, job.config.train.time_budget_s
             capped = budget is not None and budget < seconds
-            stops = stops or {}
             stop = stops.get(job.key) or stops.get((job.job.dataset, job.job.model, job.profile,
                                                     job.config.train.patience))
             expected = (min(steps, stop[0] * math.ceil(n_examples / job.config.train.batch_size)) * per_step

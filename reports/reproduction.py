@@ -444,7 +444,7 @@ def _anchor_candidates(reference: Path) -> tuple[dict[str, dict[str, dict[str, l
             read.append(reference / CHOSEN.format(dataset=dataset))
             found[choice[0]] = tables.group(choice[1].select(study="main", task=losses.RANKING), "protocol")
             found[choice[0]] = {protocol: rows for (protocol,), rows in found[choice[0]].items()}
-    found = {}
+    beside = {}  # (dataset, configuration, protocol): rows of the probes and the losses study
     for path in sorted(p for p in reference.glob("*.json") if PROBES.fullmatch(p.name)):
         read.append(path)
         for row in _load(path).select(study="main", task=losses.RANKING):
@@ -453,17 +453,17 @@ def _anchor_candidates(reference: Path) -> tuple[dict[str, dict[str, dict[str, l
             changed = _changed(row, _load(reference / f"converge-{row.dataset}.json").select(study="main",
                                                                                           model=row.model))
             if changed not in ("–", NOTHING_CHANGED):  # a seed the profile lacks, or the profile's own setting
-                found.setdefault((row.dataset, f"{names.model_name(row.model)}, {changed}", row.protocol),
+                beside.setdefault((row.dataset, f"{names.model_name(row.model)}, {changed}", row.protocol),
                                  []).append(row)
     path = reference / LOSSES
     if path.is_file():
         read.append(path)
         for (dataset, variant, protocol), rows in tables.group(
                 _load(path).select(study=losses.STUDY, task=losses.RANKING), "dataset", "variant", "protocol").items():
-            found[(dataset, f"losses study: {variant}", protocol)] = rows
+            beside[(dataset, f"losses study: {variant}", protocol)] = rows
     listed = {dataset: {_trained_key(row) for configuration in by_name.values() for rows in configuration.values()
                         for row in rows} for dataset, by_name in candidates.items()}
-    for (dataset, configuration, protocol), rows in found.items():
+    for (dataset, configuration, protocol), rows in beside.items():
         if not {_trained_key(row) for row in rows} <= listed.get(dataset, set()):
             candidates.setdefault(dataset, {}).setdefault(configuration, {})[protocol] = rows
     return candidates, read
