@@ -39,6 +39,7 @@ EXPECTED = f"E[uni{CORRECTED_AT}]"
 PROTOCOL_ORDER = ("full", "pop100", "uni100", EXPECTED)
 LABELS = ("robust", "protocol-dependent", "not resolved")
 NOT_TESTED = "not tested"  # no per-user files on one side or both: no paired test could be run
+PARTLY_TESTED = "tested on some seeds only"  # a seed both sides ran has no per-user files on a side
 RESOLVED = "robust"  # the one label under which a comparison counts as resolved
 FLAT_LOSS = 0.01  # a loss that moves less than this share of its mean from epoch 3 on is flat
 POP_LIKE = 0.05  # a test value within this share of POP's is POP's
@@ -67,6 +68,7 @@ class Comparison:
     second_label: str
     tests: list[Test] = field(default_factory=list)
     collapsed: list[str] = field(default_factory=list)
+    untested_seeds: list[int] = field(default_factory=list)  # seeds both sides ran, one without per-user files
 
     def verdicts(self) -> dict[str, str]:
         """Per protocol: "+" (every cell significant, first better), "−" (every cell significant, second better)
@@ -86,6 +88,8 @@ class Comparison:
             return f"collapsed run: {', '.join(self.collapsed)}"
         if not self.tests:
             return NOT_TESTED
+        if self.untested_seeds:  # the means over every seed are not what the tests of the others resolve
+            return f"{PARTLY_TESTED}: seed {', '.join(map(str, self.untested_seeds))} lacks per-user files"
         held = set(self.verdicts().values())
         if held in ({"+"}, {"−"}):
             return "robust"
@@ -187,8 +191,9 @@ def _values(rows: list[Row], protocol: str, per_user: PerUser, expectations: Exp
     return per_user.averaged(rows, METRIC)
 
 
-def _cells(comparison: Comparison, per_user: PerUser, expectations: Expectations) -> list[Test]:
-    cells = []
+def _cells(comparison: Comparison, per_user: PerUser, expectations: Expectations) -> tuple[list[Test], list[int]]:
+    """The comparison's tests, and the seeds both sides ran that lack per-user files on a side."""
+    cells, untested = [], set()
     keys = set(comparison.first) & set(comparison.second)
     sources = [(split, protocol, protocol) for split, protocol in keys]
     sources += [(split, "full", EXPECTED) for split, protocol in keys if protocol == "full" and split == LEAVE_ONE_OUT]
@@ -203,13 +208,15 @@ def _cells(comparison: Comparison, per_user: PerUser, expectations: Expectations
             a = _values(a_rows, protocol, per_user, expectations)
             b = _values(b_rows, protocol, per_user, expectations)
             if a is None or b is None:
+                if seed is not None and protocol == stored:  # its per-user file missing, not a derived value
+                    untested.add(seed)
                 continue
             shared, left, right = np.intersect1d(a[0], b[0], assume_unique=True, return_indices=True)
             if not len(shared):
                 continue
             cells.append(Test(protocol, split, seed, float(a[1][left].mean() - b[1][right].mean()),
                               paired_test(a, b)))
-    return cells
+    return cells, sorted(untested)
 
 
 def judge(results: ResultSet, per_user: PerUser, expectations: Expectations, alpha: float,
@@ -219,7 +226,7 @@ def judge(results: ResultSet, per_user: PerUser, expectations: Expectations, alp
     found = comparisons(results)
     pops = _pop_rows(pops or results)
     for comparison in found:
-        comparison.tests = _cells(comparison, per_user, expectations)
+        comparison.tests, comparison.untested_seeds = _cells(comparison, per_user, expectations)
         for side, label in ((comparison.first, comparison.first_label), (comparison.second, comparison.second_label)):
             if any(collapsed(row, pops.get((row.dataset, row.split, row.protocol, row.seed)))
                    for rows in side.values() for row in rows if row.model != "pop"):
@@ -313,7 +320,9 @@ def ledger_table(found: list[Comparison], published: list[Published], alpha: flo
              "the published row each side is held against (README's comparison); –: the paper has no such pair. "
              "Paper's way: the same sign. Label: as the report's claims section gives it, from paired t-tests and "
              f"Wilcoxon signed-rank tests over users (α = {alpha:g}, Holm over the table's tests) under every "
-             f"protocol both sides have; {NOT_TESTED}: a side has no per-user files, so no paired test was run. "
+             f"protocol both sides have; {NOT_TESTED}: a side has no per-user files, so no paired test was run; "
+             f"{PARTLY_TESTED}: a seed both sides ran lacks them on a side, so the tests of the other seeds do not "
+             "judge the means over all of them. "
              f"A comparison agrees with the paper only where it goes the paper's way and is {RESOLVED}."]
     return Table("ledger", f"Which comparisons hold ({METRIC})",
                  ["Dataset", "Rows", "Comparison", "Made by", "Δ ours", "Δ paper", "Paper's way", "Label"], rows,
@@ -329,7 +338,9 @@ def agreement_counts(found: list[Comparison], published: list[Published]) -> dic
     return {"made": len(made), "its way": sum(agrees(c, published) and not c.collapsed for c in made),
             "resolved its way": sum(agrees(c, published) and c.label() == RESOLVED for c in made),
             "resolved the other way": sum(not agrees(c, published) and c.label() == RESOLVED for c in made),
-            NOT_TESTED: labels.count(NOT_TESTED), "not resolved": labels.count("not resolved"),
+            NOT_TESTED: labels.count(NOT_TESTED),
+            PARTLY_TESTED: sum(label.startswith(PARTLY_TESTED) for label in labels),
+            "not resolved": labels.count("not resolved"),
             "protocol-dependent": labels.count("protocol-dependent"),
             "collapsed": sum(label.startswith("collapsed") for label in labels)}
 

@@ -577,7 +577,8 @@ def claims_summary(reference: Path) -> str:
     return (f"Of the {count['made']} comparisons between models that the paper's Table 2 and Table 5 also make, "
             f"ours go the paper's way in {count['its way']} (a collapsed run's counted nowhere), and a paired test "
             f"over users resolves {count['resolved its way']} of them ({count['resolved the other way']} resolved the "
-            f"other way). Not tested, their rows' per-user files not kept: {count[claims.NOT_TESTED]}; not resolved "
+            f"other way). Not tested, or tested on some seeds only, their rows' per-user files not kept: "
+            f"{count[claims.NOT_TESTED] + count[claims.PARTLY_TESTED]}; not resolved "
             f"or resolved under one protocol only: {count['not resolved'] + count['protocol-dependent']}; with a "
             f"collapsed run: {count['collapsed']}. Only the resolved ones count as agreeing with the "
             f"paper ([the ledger](results/REPRODUCTION.md#which-comparisons-hold); {_source(read)}).\n")

@@ -204,3 +204,19 @@ def test_the_ledger_counts_only_resolved_comparisons_as_agreeing(tmp_path):
     line = next(r for r in table.rows if r[2].text == "BERT4Rec vs POP")
     assert line[5].text == "+0.3000" and line[6].text == "yes" and line[7].text == "robust"
     assert line[4].value == mean["bert4rec"] - mean["pop"]
+
+
+def test_a_comparison_tested_on_some_of_its_seeds_only_is_not_resolved(tmp_path):
+    # SASRec's seed 1 kept no per-user file: the table's means are over both seeds, the tests of seed 0 alone do not
+    # judge them, however clear they are
+    rows = [ranking_row(tmp_path, "ml-1m", model, seed, "pop100", with_per_user=(model, seed) != ("sasrec", 1))
+            for model in ("pop", "sasrec") for seed in (0, 1)]
+    write_results(tmp_path, rows)
+    per_user = PerUser(tmp_path)
+    (found,) = judge(load_results(tmp_path), per_user, Expectations(per_user), alpha=0.01)
+    assert [test.seed for test in found.tests] == [0] and found.tests[0].significant
+    assert found.label() == "tested on some seeds only: seed 1 lacks per-user files"
+    published = [Published("Table 2", "ml-1m", "pop", None, "NDCG@10", 0.10),
+                 Published("Table 2", "ml-1m", "sasrec", None, "NDCG@10", 0.30)]
+    counts = agreement_counts([found], published)
+    assert counts["resolved its way"] == 0 and counts["tested on some seeds only"] == 1
